@@ -1,0 +1,53 @@
+# One-command set-up and test. Both targets create .venv when missing and are safe to re-run.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.brefine-installed
+# torch 2.14.1 + torchvision 0.29.1 are served from local disk on our machines (other versions download GBs)
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+export PYTHONUNBUFFERED := 1
+export MPLBACKEND := Agg
+
+.PHONY: install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python settings.ini setup.py
+	$(BIN)/pip install -q $(TORCH_PINS)
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip check
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## (a) brefine/ is what nbdev_export writes from nbs/, notebooks are clean, README is fresh
+check-sync: install
+	$(BIN)/python tools/check_sync.py
+
+## (b) every notebook runs (cells flagged slow|cuda|camvid are skipped)
+nbtest: install
+	cd nbs && ../$(BIN)/nbdev_test --n_workers 2 --timing
+
+## (c) pytest for what notebooks do poorly
+pytest: install
+	$(BIN)/python -m pytest -q tests
+
+test: check-sync nbtest pytest
+
+readme: install
+	$(BIN)/python tools/readme.py --write
+
+export: install
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python tools/readme.py --write
+
+demo: install
+	$(BIN)/python -m brefine.cli demo
+
+bench: install
+	$(BIN)/python bench/speed.py
+
+clean-venv:
+	rm -rf $(VENV)
