@@ -1,0 +1,126 @@
+"""Benchmarks for brefine.learner (printed ratios, nothing asserted).
+
+1. Step time: one `refine_learner` training step (forward, triplet sampling + loss, backward, optimiser step and all fastai
+   callbacks) / a plain forward + backward of the same network with a dummy loss (target <= 1.15x); also against plain
+   forward + backward + a torch Adam step. Measured in the same run, interleaved, medians.
+2. Peak memory at 1024x2048, batch 1: `band_features` vs upsampling the embeddings to full size and indexing
+   (target < half). Each variant runs in its own subprocess; we report the increase of peak RSS over the inputs.
+
+usage: python bench/learner.py [--quick]
+"""
+import os, sys, time, json, subprocess, statistics, resource
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+def _batches(n, bs, H, W, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        coarse = torch.randint(0, 6, (bs, H // 32, W // 32), generator=g)
+        m = coarse.repeat_interleave(32, 1).repeat_interleave(32, 2)
+        e = torch.zeros_like(m, dtype=torch.bool)
+        e[:, :, 1:] |= m[:, :, 1:] != m[:, :, :-1]; e[:, 1:] |= m[:, 1:] != m[:, :-1]
+        band = torch.nn.functional.max_pool2d(e[:, None].float(), 7, 1, 3)[:, 0].bool()
+        out.append((torch.randn(bs, 3, H, W, generator=g), m, band))
+    return out
+
+def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
+    from fastai.data.core import DataLoaders
+    from fastai.data.load import DataLoader
+    from fastai.callback.core import Callback
+    from brefine.learner import refine_learner
+    torch.manual_seed(0)
+    batches = _batches(n, bs, H, W)
+    items = [tuple(t[i] for t in b) for b in batches for i in range(bs)]
+    dls = DataLoaders(DataLoader(items, bs=bs, shuffle=False, drop_last=True), DataLoader(items[:bs], bs=bs))
+    dls.n_inp = 1
+    times = []
+    class Start(Callback):
+        order = -1000
+        def before_batch(self): self.t = time.perf_counter()
+    class End(Callback):
+        order = 1000
+        def after_batch(self): times.append(time.perf_counter() - self.learn.start.t)
+    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, cbs=[Start(), End()])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)   # warm-up (allocations, optimiser state)
+    net = learn.model
+    opt = torch.optim.Adam(net.parameters(), 1e-4)
+    plain, plain_opt, step = [], [], []
+    for _ in range(rounds):
+        times.clear()
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)
+        step += times[:]
+        net.train()
+        for with_opt in (False, True):
+            for x, m, b in batches:
+                t = time.perf_counter()
+                e = net(x); e.float().mean().backward()
+                if with_opt: opt.step()
+                opt.zero_grad()
+                (plain_opt if with_opt else plain).append(time.perf_counter() - t)
+    emb = net(batches[0][0]).detach().requires_grad_()
+    loss_t = []
+    for _ in range(5 * rounds):
+        t = time.perf_counter()
+        learn.loss_func(emb, batches[0][1], batches[0][2]).backward()
+        loss_t.append(time.perf_counter() - t)
+    med = statistics.median
+    return dict(step=med(step), plain=med(plain), plain_opt=med(plain_opt), loss=med(loss_t))
+
+_MEM_CHILD = r'''
+import sys, resource, torch, json
+import torch.nn.functional as F
+torch.set_num_threads(2)
+sys.path.insert(0, {root!r})
+from brefine.learner import band_features
+mode, grad = sys.argv[1], sys.argv[2] != '0'
+H, W, C = 1024, 2048, 64
+g = torch.Generator().manual_seed(0)
+emb = torch.randn(1, C, H // 4, W // 4, generator=g).requires_grad_(grad)
+coarse = torch.randint(0, 6, (1, H // 64, W // 64), generator=g)
+m = coarse.repeat_interleave(64, 1).repeat_interleave(64, 2)
+e = torch.zeros_like(m, dtype=torch.bool)
+e[:, :, 1:] |= m[:, :, 1:] != m[:, :, :-1]; e[:, 1:] |= m[:, 1:] != m[:, :-1]
+band = F.max_pool2d(e[:, None].float(), 7, 1, 3)[:, 0].bool()
+del e, coarse
+import gc; gc.collect()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if mode == 'band':
+    feats, b, y, x = band_features(emb, band)
+elif mode == 'interp':
+    b, y, x = band.nonzero(as_tuple=True)
+    feats = F.interpolate(emb, (H, W), mode='bilinear', align_corners=False)[b, :, y, x]
+else:
+    feats = emb.new_zeros(1)
+if grad: (feats.sum() if sys.argv[2] == 'sum' else feats.pow(2).sum()).backward()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(dict(mb=(after - before) / 1024, band_px=int(band.sum()), frac=float(band.float().mean()))))
+'''
+
+def bench_memory():
+    root = os.path.dirname(HERE)
+    code = _MEM_CHILD.format(root=root)
+    res = {}
+    for grad in ('0', 'sum', 'sumsq'):
+        for mode in ('band', 'interp'):
+            out = subprocess.run([sys.executable, '-c', code, mode, str(grad)], capture_output=True, text=True, check=True)
+            res[(mode, grad)] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+if __name__ == '__main__':
+    quick = '--quick' in sys.argv
+    torch.set_num_threads(2)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    r = bench_memory()
+    info = r[('band', '0')]
+    print(f"\n[memory] 1024x2048, batch 1, 64 channels, band {info['band_px']} px ({info['frac']:.1%} of the image); peak RSS increase:")
+    for grad, what in (('0', 'forward'), ('sum', 'fwd+bwd, sum'), ('sumsq', 'fwd+bwd, sum sq')):
+        b, i = r[('band', grad)]['mb'], r[('interp', grad)]['mb']
+        print(f"  {what:15s} band_features {b:7.1f} MB   interpolate+index {i:7.1f} MB   ratio {b / i:.3f}  (target < 0.5)")
+    t = bench_step(n=4 if quick else 6, rounds=2 if quick else 3)
+    print(f"\n[step time] resnet18, batch 4 x 3 x 192 x 256, 4096 triplets (medians):")
+    print(f"  refine_learner step           {t['step']*1e3:7.1f} ms")
+    print(f"  plain fwd+bwd (dummy loss)    {t['plain']*1e3:7.1f} ms   ratio {t['step']/t['plain']:.3f}  (target <= 1.15)")
+    print(f"  plain fwd+bwd+Adam step       {t['plain_opt']*1e3:7.1f} ms   ratio {t['step']/t['plain_opt']:.3f}")
+    print(f"  of which: TripletLoss fwd+bwd {t['loss']*1e3:7.1f} ms   ({t['loss']/t['plain']:.1%} of plain fwd+bwd)")
