@@ -29,7 +29,7 @@ check-sync: install
 
 ## (b) every notebook runs (cells flagged slow|cuda|camvid are skipped)
 nbtest: install
-	cd nbs && ../$(BIN)/nbdev_test --n_workers 2 --timing
+	$(BIN)/nbdev_test --n_workers 2 --timing
 
 ## (c) pytest for what notebooks do poorly
 pytest: install
@@ -43,8 +43,12 @@ readme: install
 export: install
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python tools/readme.py --write
 
+## the documentation site, offline (no Quarto): nbdev's notebook processors + nbconvert -> _docs/ (see tools/build_docs.py)
+docs: install
+	$(BIN)/python tools/build_docs.py
+
 demo: install
-	$(BIN)/python -m brefine.cli demo
+	$(BIN)/brefine demo
 
 bench: install
 	$(BIN)/python bench/speed.py

@@ -71,7 +71,7 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
 _MEM_CHILD = r'''
 import sys, resource, torch, json
 import torch.nn.functional as F
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
 from brefine.learner import band_features
 mode, grad = sys.argv[1], sys.argv[2] != '0'
@@ -110,7 +110,7 @@ def bench_memory():
 
 if __name__ == '__main__':
     quick = '--quick' in sys.argv
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     r = bench_memory()
     info = r[('band', '0')]

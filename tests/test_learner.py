@@ -207,6 +207,21 @@ def test_learner_round_trip(dls, tmp_path):
         res = learn2.lr_find(num_it=6, show_plot=False)
         assert res.valley > 0
 
+def test_skipped_batches_in_a_real_fit(dls, tmp_path):
+    from fastai.callback.core import Callback
+    class OneClassFirst(Callback):
+        "Turn the first training batch of each epoch into a single-class batch."
+        order = -8
+        def before_batch(self):
+            if self.training and self.iter == 0: self.learn.yb = (torch.zeros_like(self.yb[0]), self.yb[1])
+    learn = refine_learner(dls, backbone='resnet18', emb_dim=8, pretrained=False, n_triplets=128, path=tmp_path,
+                           net_kwargs=dict(aspp_dim=16, decoder_dim=16), cbs=OneClassFirst())
+    with learn.no_bar(), learn.no_logging():
+        learn.fit(1, 1e-3)
+        assert learn.triplet.n_skipped == 1 and len(learn.recorder.losses) == len(dls.train) - 1
+        learn.lr_find(num_it=6, show_plot=False, suggest_funcs=None)         # first batch of each epoch skipped: still fine
+        assert len(learn.recorder.lrs) == 6 - 3 and learn.triplet.n_skipped == 1 + 3
+
 def test_refine_learner_needs_one_input():
     class D: n_inp = 2
     with pytest.raises(ValueError, match='n_inp'): refine_learner(D(), backbone='resnet18', pretrained=False)
