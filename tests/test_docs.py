@@ -112,7 +112,7 @@ def _screenshot(driver, path: Path):
     return path
 
 
-def test_browser_follows_doc_link_to_refine_predict(site, server, browser, tmp_path):
+def test_browser_follows_doc_link_to_refine_predict(browser, site, server, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     from brefine.inference import refine_predict

@@ -223,6 +223,7 @@ def prepare_cells(nb):
             c.metadata.setdefault('transient', {})['remove_source'] = True
         if 'code-fold' in opts and opts['code-fold'] != 'false':
             c.metadata['code_fold'] = opts['code-fold']; c.metadata['code_summary'] = opts.get('code-summary', 'Code')
+        c.outputs = [o for o in c.get('outputs', []) if not (o.get('output_type') == 'stream' and not ''.join(o.get('text', '')).strip())]
         for o in c.get('outputs', []):
             md = o.get('data', {}).get('text/markdown')
             if md is not None:
