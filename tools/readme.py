@@ -24,6 +24,7 @@ def render():
     nb.cells = [_strip_directives(c) for c in nb.cells if _keep(c)]
     body, _ = MarkdownExporter().from_notebook_node(nb)
     body = re.sub(r'\n{3,}', '\n\n', body).strip() + '\n'
+    body = body.replace('](images/', '](nbs/images/')   # notebook-relative image paths, seen from the repository root
     return HEADER + body
 
 if __name__ == '__main__':
