@@ -11,23 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT/'nbs'
 
 # name -> what is missing, as reported by this test; the notebooks' owners fix them (issue 7). Keep it shrinking.
-KNOWN_GAPS = {
-    'brefine.cli.CheckpointCallback': ['show_doc', 'example'], # lead (07_cli)
-    'brefine.cli.demo': ['show_doc', 'example'],         # lead (07_cli)
-    'brefine.cli.embedder_from_checkpoint': ['show_doc', 'example'], # lead (07_cli)
-    'brefine.cli.evaluate': ['show_doc', 'example'],     # lead (07_cli)
-    'brefine.cli.load_checkpoint': ['show_doc', 'example'], # lead (07_cli)
-    'brefine.cli.prototypes': ['show_doc', 'example'],   # lead (07_cli)
-    'brefine.cli.refine': ['show_doc'],                  # lead (07_cli)
-    'brefine.cli.save_checkpoint': ['show_doc', 'example'], # lead (07_cli)
-    'brefine.cli.train': ['show_doc', 'example'],        # lead (07_cli)
-    'brefine.data.BandBlock': ['example'],               # data helper (02_data)
-    'brefine.demo.MaskLoss': ['show_doc', 'example'],    # lead (08_demo)
-    'brefine.inference.relabel': ['example'],            # lead (05_inference)
-    'brefine.learner.ActiveTriplets': ['example'],       # learner helper (03_learner)
-    'brefine.learner.feature_distance': ['show_doc'],    # learner helper (03_learner)
-    'brefine.metrics.Evaluation': ['example'],           # metrics helper (06_metrics)
-}
+KNOWN_GAPS = {}
 
 
 def _notebooks():
