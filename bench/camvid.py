@@ -237,9 +237,20 @@ def get_base(args, dls_fn):
     return learn.model.eval()
 
 def _normalize(img):
-    import torch
-    x = torch.from_numpy(img).permute(2, 0, 1).float().div_(255)
-    return ((x - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[:, None, None])[None]
+    "A uint8 (H,W,3) image as the (1,3,H,W) float batch the models expect (brefine's own image preparation)."
+    from brefine.inference import prepare_image
+    return prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0]
+
+def load_cached(cache):
+    "The newest cached base model and calibrated Refiner bundle in `cache` (written by this script): (base, refiner)."
+    from brefine.core import safe_load
+    from brefine.inference import Refiner
+    cache = Path(cache)
+    bundles, bases = sorted(cache.glob('refiner_*')), sorted(cache.glob('base_*.pth'))
+    if not bundles or not bases: raise FileNotFoundError(f"No cached base model / Refiner in {cache}: run bench/camvid.py first.")
+    base = base_model(pretrained=False)
+    base.load_state_dict(safe_load(bases[-1], 'base model weights'))
+    return base.eval(), Refiner.load(bundles[-1])
 
 def base_probs_of(model, img):
     "(C,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
