@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/index.ipynb #0c65b3c1
+# %% ../nbs/index.ipynb #6257270e
 from .core import *
 from .band import near_boundary_mask, batch_band
 from .data import band_dblock, dls_from_folders, dls_from_label_func, synthetic_scene, make_synthetic_folder
