@@ -86,6 +86,9 @@ def parse_args(argv=None):
     p.add_argument('--emb-epochs', type=int, default=3, help='embedder epochs (3: ~17 min)')
     p.add_argument('--base-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the base model')
     p.add_argument('--emb-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the embedder')
+    p.add_argument('--emb-dim', type=int, default=64, help='embedding size C')
+    p.add_argument('--aspp-dim', type=int, default=128, help="embedder's ASPP channels")
+    p.add_argument('--decoder-dim', type=int, default=128, help="embedder's stride-4 fusion channels")
     p.add_argument('--bs', type=int, default=8, help='training batch size (base and embedder)')
     p.add_argument('--crf-grid', choices=sorted(CRF_GRIDS), default='full', help=f'DenseCRF bilateral grid {CRF_GRIDS}')
     p.add_argument('--cal-grid', choices=sorted(CAL_GRIDS), default='full', help=f'brefine calibrate grid {CAL_GRIDS}')
@@ -93,8 +96,10 @@ def parse_args(argv=None):
     p.add_argument('--threads', type=int, default=2, help='torch / OpenCV threads')
     p.add_argument('--n-figure', type=int, default=3, help='test images in the before/after figure')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
+    p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
     args = p.parse_args(argv)
-    for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads'):
+    for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
+              'emb_dim', 'aspp_dim', 'decoder_dim'):
         v = getattr(args, k)
         if v is not None and v < 1: p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     if args.limit_train is not None and args.limit_train < args.bs:
@@ -262,15 +267,16 @@ def get_embedder(args, dls_fn):
     import torch
     from brefine.core import atomic_save, safe_load
     from brefine.learner import EmbeddingNet, refine_learner
-    f = args.cache/f'emb_mnv2_d64_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
+    arch = f'd{args.emb_dim}' + ('' if (args.aspp_dim, args.decoder_dim) == (128, 128) else f'_a{args.aspp_dim}_dec{args.decoder_dim}')
+    f = args.cache/f'emb_mnv2_{arch}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
     if f.exists():
         ck = safe_load(f, 'embedder checkpoint')
         net = EmbeddingNet(**ck['config']); net.load_state_dict(ck['state_dict']); log(f'embedder loaded from {f}')
         return net.eval(), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
-    learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=64, pretrained=True, ignore_index=VOID,
-                           path=args.cache, model_dir='.')
+    learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=args.emb_dim, pretrained=True, ignore_index=VOID,
+                           path=args.cache, model_dir='.', net_kwargs=dict(aspp_dim=args.aspp_dim, decoder_dim=args.decoder_dim))
     _fit(learn, args.emb_epochs, args.emb_lr)
     net = learn.model
     atomic_save(dict(config=net.config, state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()}), f)
@@ -381,6 +387,7 @@ def main(argv=None):
     with stage('base model (train or load)'): base = get_base(args, dls_fn)
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, dls_fn)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
+    if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
     with stage('val: base probabilities'):
         vf = files(args.data, 'val', args.limit_val)
@@ -438,7 +445,7 @@ def main(argv=None):
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {args.base_epochs} epochs (best val mIoU kept)',
              f'- DenseCRF (pydensecrf2): gaussian sxy=3 compat=3, bilateral {crf_cfg}, {args.crf_iters} iterations; '
              f'grid {args.crf_grid} on {crf_val["n_images"]} val images (val BF {crf_val["best"][0]:.4f} vs base {crf_val["base"][0]:.4f})',
-             f'- brefine: MobileNetV2 embedder (64-d), {args.emb_epochs} epochs; calibrated {settings} on {len(vf)} val images '
+             f'- brefine: MobileNetV2 embedder ({args.emb_dim}-d, ASPP {args.aspp_dim}, decoder {args.decoder_dim}), {args.emb_epochs} epochs; calibrated {settings} on {len(vf)} val images '
              f'(val BF {cal["boundary_f1"]:.4f} vs base {cal["base_boundary_f1"]:.4f}; grid {args.cal_grid})', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image |',
              '|---|---:|---:|---:|---:|---:|']

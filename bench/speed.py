@@ -1,57 +1,84 @@
 """brefine's cost relative to the base model, measured in one run (issue 6, point 3).
 
 For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
-- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only);
-- brefine embedder forward: EmbeddingNet('mobilenet_v2', emb_dim=64, output_stride=16);
-- brefine post-processing: `relabel` (top-N, band of the base arg-max, nearest prototype at band pixels) on the base's
-  probabilities, with a 11-class scene-like label layout so the band has a realistic size;
-Peak memory of band sampling vs full-size interpolation is measured by bench/learner.py.
-Prints ratios to the base forward. Usage: .venv/bin/python bench/speed.py [--threads 2] [--repeats 3]
+- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only), logits at image size;
+- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) at the given sizes (default: the one bench/camvid.py trains);
+- brefine post-processing: everything `refine_predict` does besides the embedder forward -- `prepare_image` of the raw
+  uint8 image, `base_probs` of the base logits, `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band
+  pixels only) -- on scene-like 11-class logits, so the band has a realistic size;
+- peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
+  in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
+Prints times and peak-memory growth as ratios to the base forward's. Usage:
+    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 64 --aspp-dim 128 --decoder-dim 128]
 """
-import argparse, json, os, subprocess, sys, time
+import argparse, sys, time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = [(360, 480), (1024, 2048)]
 
-def _setup(threads):
-    import torch; torch.set_num_threads(threads)
-    sys.path.insert(0, str(REPO/'bench'))
-
-def _scene_probs(H, W, M=11):
+def _scene_logits(H, W, M=11):
     import torch, torch.nn.functional as F
     g = torch.Generator().manual_seed(0)
     lab = F.interpolate(torch.randint(0, M, (1, 1, H // 48 + 1, W // 48 + 1), generator=g).float(), size=(H, W), mode='nearest')[0, 0].long()
-    return F.avg_pool2d(F.one_hot(lab, M).permute(2, 0, 1).float()[None] * 4, 9, 1, 4).softmax(1)
+    return F.avg_pool2d(F.one_hot(lab, M).permute(2, 0, 1).float()[None] * 4, 9, 1, 4)
 
-def timings(H, W, threads, repeats):
-    import torch, camvid
+def _stages(H, W, threads, a):
+    "The three stages as closures over models and inputs built here."
+    import torch, numpy as np
+    torch.set_num_threads(threads)
+    sys.path.insert(0, str(REPO/'bench')); import camvid
     from brefine import EmbeddingNet, Prototypes
-    from brefine.inference import relabel
-    _setup(threads)
+    from brefine.inference import prepare_image, base_probs, relabel
     base = camvid.base_model(pretrained=False).eval()
-    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=64, pretrained=False).eval()
-    x = torch.randn(1, 3, H, W); p = _scene_probs(H, W)
-    pr = Prototypes(torch.randn(11, 64), torch.ones(11, dtype=torch.long), radius=3)
+    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
+    img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
+    logits = _scene_logits(H, W)
+    pr = Prototypes(torch.randn(11, a.emb_dim), torch.ones(11, dtype=torch.long), radius=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    x = prepare_image(img, pr.mean, pr.std)[0]
+    with torch.inference_mode(): e = emb_net(x)            # the embedding the post-processing needs
+    def post():
+        xx, _ = prepare_image(img, pr.mean, pr.std)
+        return relabel(e, base_probs(logits, xx, True, softmax=False), pr, top_n=3, radius=3, tau=0.9, alpha=0.1)
+    return dict(base=lambda: base(x), emb=lambda: emb_net(x), post=post)
+
+def timings(H, W, threads, repeats, a):
+    import torch
+    st = _stages(H, W, threads, a)
     def t(f):
         f(); ts = []
         for _ in range(repeats):
             s = time.perf_counter(); f(); ts.append(time.perf_counter() - s)
         return sorted(ts)[len(ts) // 2]
-    with torch.inference_mode():
-        e = emb_net(x)
-        return dict(base=t(lambda: base(x)), emb=t(lambda: emb_net(x)),
-                    post=t(lambda: relabel(e, p, pr, top_n=3, radius=3)))
+    with torch.inference_mode(): return {k: t(f) for k, f in st.items()}
+
+def peak_mib(f) -> float:
+    "Peak of the memory torch allocates on the CPU during `f()` (torch.profiler's allocation and free events, in time order)."
+    import itertools, torch
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: f()
+    ev = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
+    return max(itertools.accumulate(m for _, m in ev), default=0) / 2**20
+
+def memory(H, W, threads, a):
+    import torch
+    st = _stages(H, W, threads, a)
+    with torch.inference_mode(): return {k: peak_mib(f) for k, f in st.items()}
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=3)
+    ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
+    ap.add_argument('--emb-dim', type=int, default=64); ap.add_argument('--aspp-dim', type=int, default=128)
+    ap.add_argument('--decoder-dim', type=int, default=128)
     a = ap.parse_args()
-    print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats})')
-    print(f"{'size':>10} {'base s':>8} {'emb s':>8} {'post s':>8} {'emb/base':>9} {'post/base':>10}")
+    print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
+          f'aspp {a.aspp_dim}, decoder {a.decoder_dim})')
+    print(f"{'size':>10} {'base s':>8} {'emb s':>8} {'post s':>8} {'emb/base':>9} {'post/base':>10} {'mem emb/base':>13} {'mem post/base':>14}")
     for H, W in SIZES:
-        tm = timings(H, W, a.threads, a.repeats)
-        print(f"{f'{H}x{W}':>10} {tm['base']:8.3f} {tm['emb']:8.3f} {tm['post']:8.3f} {tm['emb']/tm['base']:9.2f} "
-              f"{tm['post']/tm['base']:10.3f}", flush=True)
+        tm = timings(H, W, a.threads, a.repeats, a)
+        mem = memory(H, W, a.threads, a)
+        print(f"{f'{H}x{W}':>10} {tm['base']:8.3f} {tm['emb']:8.3f} {tm['post']:8.4f} {tm['emb']/tm['base']:9.2f} "
+              f"{tm['post']/tm['base']:10.3f} {mem['emb']/max(mem['base'], 1e-9):13.2f} {mem['post']/max(mem['base'], 1e-9):14.2f}"
+              f"   (peak MiB: base {mem['base']:.0f}, emb {mem['emb']:.0f}, post {mem['post']:.0f})", flush=True)
 
 if __name__ == '__main__': main()

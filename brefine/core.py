@@ -48,7 +48,7 @@ def atomic_save(obj, path) -> Path:
     with atomic_write(path, 'wb') as f: torch.save(obj, f)
     return Path(path)
 
-# %% ../nbs/00_core.ipynb #db64b574
+# %% ../nbs/00_core.ipynb #ea42d71d
 def safe_load(path, what: str = 'file', map_location='cpu'):
     "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`)."
     path = Path(path)
@@ -62,6 +62,7 @@ def safe_load(path, what: str = 'file', map_location='cpu'):
         raise ValueError(f"{path} is not a safe brefine {what}: it asks to run code or build objects that brefine "
                          f"never writes, so it was refused and nothing in it was executed. Only load files you "
                          f"created with brefine. ({str(e).splitlines()[0]})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+    except PermissionError as e: raise PermissionError(f"{what} {path} cannot be read ({e.strerror}): check its permissions.") from None
+    except Exception as e:            # garbage makes the legacy unpickler fail in many ways (EOFError, IndexError, KeyError ...)
         raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create it.") from None

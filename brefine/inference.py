@@ -66,12 +66,12 @@ def _normalize(x, mean, std):
     m, s = torch.tensor(mean, dtype=x.dtype)[:, None, None], torch.tensor(std, dtype=x.dtype)[:, None, None]
     return (x - m) / s
 
-# %% ../nbs/05_inference.ipynb #18eadcc5
-def _looks_like_probs(s: torch.Tensor) -> bool:
-    return bool(s.min() >= 0) and bool(((s.sum(1) - 1).abs() < 1e-3).all())
+# %% ../nbs/05_inference.ipynb #774e5efe
+def _looks_like_probs(s: torch.Tensor, dim: int = 1) -> bool:
+    return bool(s.min() >= 0) and bool(((s.sum(dim) - 1).abs() < 1e-3).all())
 
-def base_probs(probs, x: torch.Tensor, batched: bool) -> torch.Tensor:
-    "P2: the base prediction as probabilities (B,M,H,W) at the size of the prepared image `x` (B,3,H,W)."
+def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> torch.Tensor:
+    "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed."
     if not isinstance(probs, (torch.Tensor, np.ndarray)):
         if not callable(probs):
             raise TypeError(f"`probs` must be scores (tensor or numpy array) or a model, not {type(probs).__name__}.")
@@ -89,14 +89,15 @@ def base_probs(probs, x: torch.Tensor, batched: bool) -> torch.Tensor:
                          f"for {'a batch of images' if batched else 'one image'}.")
     if s.shape[0] != x.shape[0]:
         raise ValueError(f"{s.shape[0]} score maps for {x.shape[0]} images: pass one (M,H,W) score map per image.")
-    if not torch.isfinite(s).all():
+    s = s.float()
+    if not torch.isfinite(s.sum()):           # one reduction: NaN and inf propagate into the sum
         raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. mixed-precision overflow).")
-    s = s.float() if _looks_like_probs(s) else s.float().softmax(1)
-    if s.shape[-2:] != x.shape[-2:]:
-        s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
+    resize = s.shape[-2:] != x.shape[-2:]
+    if softmax or resize: s = s if _looks_like_probs(s) else s.softmax(1)
+    if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
-# %% ../nbs/05_inference.ipynb #30adf29a
+# %% ../nbs/05_inference.ipynb #e82c1c0e
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
         raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
@@ -107,45 +108,66 @@ def _check_protos(prototypes, n_scores, emb_dim=None):
         raise ValueError(f"The embedder gives {emb_dim}-dim features but the prototypes are {prototypes.emb_dim}-dim: "
                          "use the prototypes extracted with this embedder.")
 
+def _band_probs(s: torch.Tensor) -> torch.Tensor:
+    "Scores (M,K) of K band pixels as probabilities (a softmax over the M classes unless they already are)."
+    return s if s.shape[1] == 0 or _looks_like_probs(s, 0) else s.softmax(0)
+
+def _prototype_scores(emb, vecs):
+    "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m`: `|e − E_m|²` short of `|e|²`, which every class shares."
+    return (vecs * vecs).sum(1)[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
+
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
-            probs: torch.Tensor,       # (B,M,H,W) base probabilities at image size
+            probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
-            top_n: int = 5,            # candidates per pixel (P3); 1 leaves the base answer unchanged
+            top_n: int|None = None,    # candidates per pixel (P3); 1 leaves the base answer unchanged; None: 5, or M if fewer
             radius: int = 3,           # band radius around the base arg-max boundaries (P4)
             tau: float|None = None,    # confidence gate: only re-decide band pixels with base top-1 probability < tau
-            chunk: int = 1 << 16,      # band pixels per distance computation (bounds memory)
+            alpha: float = 0.,         # weight of the base model's log-probability in the choice (0: nearest prototype only)
+            chunk: int = 1 << 16,      # band pixels per step (bounds memory)
            ) -> torch.Tensor:
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     B, M, H, W = probs.shape
     _check_protos(prototypes, M, emb.shape[1])
+    top_n = min(5, M) if top_n is None else top_n
     if not 1 <= top_n <= M: raise ValueError(f"top_n must be between 1 and the number of classes ({M}), got {top_n}.")
-    top_p, top_i = probs.topk(top_n, dim=1)                   # P3
-    base = top_i[:, 0].clone()
+    if not alpha >= 0: raise ValueError(f"alpha weighs the base log-probability and must be >= 0, got {alpha}.")
+    base = probs.max(1).indices                               # the base answer (torch's max(dim) is much faster than argmax)
+    if top_n == 1: return base
     band = batch_band(base, radius)                           # P4
-    if tau is not None: band &= top_p[:, 0] < tau
-    if top_n == 1 or not band.any(): return base
     bi, y, x = band.nonzero(as_tuple=True)
+    if len(bi) == 0: return base
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing = ~prototypes.present.to(emb.device)
+    project = M <= emb.shape[1]                               # fewer classes than channels: sample M score maps, not C features
+    maps = _prototype_scores(emb, vecs) if project else None
     out = base.clone()
-    for s in range(0, len(bi), chunk):                        # P5
+    flat, lin = probs.transpose(0, 1).reshape(M, -1), (bi * H + y) * W + x    # (M, B·H·W): a view for one image
+    for s in range(0, len(bi), chunk):                        # band pixels only from here on
         b_, y_, x_ = bi[s:s+chunk], y[s:s+chunk], x[s:s+chunk]
-        feats = sample_features(emb, b_, y_, x_, (H, W))
-        d = torch.cdist(feats, vecs)                          # (K, M)
-        d[:, missing] = float('inf')
-        cand = top_i[b_, :, y_, x_]                           # (K, N)
-        best = d.gather(1, cand).argmin(1)
-        out[b_, y_, x_] = cand.gather(1, best[:, None])[:, 0]
+        p = _band_probs(flat.index_select(1, lin[s:s+chunk]))                 # (M, K): classes on the short axis, fast
+        top_p, cand = p.t().topk(top_n, dim=1)                # P3: (K, N) candidates
+        if tau is not None:                                   # the gate: confident pixels keep the base answer
+            k = top_p[:, 0] < tau
+            b_, y_, x_, top_p, cand = b_[k], y_[k], x_[k], top_p[k], cand[k]
+        if project: d = sample_features(maps, b_, y_, x_, (H, W))              # P5: (K, M)
+        else:
+            f = sample_features(emb, b_, y_, x_, (H, W))
+            d = (vecs * vecs).sum(1) - 2 * f @ vecs.T
+        if missing.any(): d = d.masked_fill(missing, float('inf'))
+        d = d.gather(1, cand)                                                   # (K, N)
+        if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
+        out[b_, y_, x_] = cand.gather(1, d.argmin(1, keepdim=True))[:, 0]
     return out
 
-# %% ../nbs/05_inference.ipynb #8a1daa78
+# %% ../nbs/05_inference.ipynb #955172e0
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
                    probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
-                   top_n: int = 5,            # candidate classes per pixel
+                   top_n: int|None = None,    # candidate classes per pixel (None: 5, or M if fewer)
                    radius: int|None = None,   # band radius; None: the prototypes' radius
                    tau: float|None = None,    # optional confidence gate (None: re-decide every band pixel)
+                   alpha: float = 0.,         # optional weight of the base log-probability in the choice (0: the specification)
                   ):
     "Refine a segmentation near its boundaries (spec step 6): returns int64 labels (H,W) or (B,H,W)."
     as_numpy = isinstance(probs, np.ndarray)
@@ -153,7 +175,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     dev = _device_of(model)
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
     x = x.to(dev)
-    p = base_probs(probs, x, batched).to(dev)
+    p = base_probs(probs, x, batched, softmax=False).to(dev)
     _check_protos(prototypes, p.shape[1])
     was_training = model.training if isinstance(model, nn.Module) else False
     if isinstance(model, nn.Module): model.eval()
@@ -161,13 +183,13 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
         with torch.inference_mode():
             emb = model(x)
             if isinstance(emb, dict): emb = emb['out']
-            out = relabel(emb, p, prototypes, top_n, prototypes.radius if radius is None else radius, tau)
+            out = relabel(emb, p, prototypes, top_n, prototypes.radius if radius is None else radius, tau, alpha)
     finally:
         if was_training: model.train()
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #0bbc8f1a
+# %% ../nbs/05_inference.ipynb #7ae00e23
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
@@ -180,11 +202,12 @@ def calibrate(embedder,                       # the embedder (or Learner)
               gts,                            # ground-truth label maps (H,W) per image
               radii=(1, 2, 3, 4, 6),          # band radii to try
               top_ns=(2, 3, 5),               # candidate counts to try
-              taus=(None, 0.9, 0.7, 0.5),     # gates to try (None: no gate)
+              taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
+              alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               progress: bool = True):
-    "Choose radius, top_n and tau on validation data to maximise boundary F; never worse than the base."
+    "Choose radius, top_n, tau and alpha on validation data to maximise boundary F; never worse than the base."
     from brefine.metrics import boundary_f1, mean_iou
     model = _model_of(embedder); dev = _device_of(model)
     if isinstance(model, nn.Module): model.eval()
@@ -197,7 +220,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
     with torch.inference_mode():
         for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
-            p = base_probs(sc, x, False).to(dev)
+            p = base_probs(sc, x, False, softmax=False).to(dev)
             cache.append((model(x), p))
     n = prototypes.n_classes
     def score(preds):
@@ -205,38 +228,39 @@ def calibrate(embedder,                       # the embedder (or Learner)
                 mean_iou(preds, gts_, n, ignore_index=ignore_index))
     with torch.inference_mode():
         base_preds = [to_numpy(p.argmax(1)[0]) for _, p in cache]
-        best = dict(radius=prototypes.radius, top_n=1, tau=None)
+        best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0.)
         best_score = score(base_preds)
         rows = [dict(best, boundary_f1=best_score[0], miou=best_score[1])]
-        for r, k, t in itertools.product(radii, top_ns, taus):
+        for r, k, t, a in itertools.product(radii, top_ns, taus, alphas):
             if k > n: continue
-            preds = [to_numpy(relabel(e, p, prototypes, k, r, t)[0]) for e, p in cache]
+            preds = [to_numpy(relabel(e, p, prototypes, k, r, t, a)[0]) for e, p in cache]
             sc = score(preds)
-            rows.append(dict(radius=r, top_n=k, tau=t, boundary_f1=sc[0], miou=sc[1]))
-            if sc > best_score: best, best_score = dict(radius=r, top_n=k, tau=t), sc
+            rows.append(dict(radius=r, top_n=k, tau=t, alpha=a, boundary_f1=sc[0], miou=sc[1]))
+            if sc > best_score: best, best_score = dict(radius=r, top_n=k, tau=t, alpha=a), sc
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
-# %% ../nbs/05_inference.ipynb #353178bb
+# %% ../nbs/05_inference.ipynb #f07d45dd
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
 
 class Refiner:
     "Embedder + prototypes + settings: `Refiner(...)(img, probs_or_model)` refines a prediction."
-    def __init__(self, embedder, prototypes: Prototypes, top_n: int = 5, radius: int|None = None, tau: float|None = None):
+    def __init__(self, embedder, prototypes: Prototypes, top_n: int|None = None, radius: int|None = None, tau: float|None = None,
+                 alpha: float = 0.):
         self.embedder, self.prototypes = _model_of(embedder), prototypes
-        self.top_n, self.radius, self.tau = top_n, (prototypes.radius if radius is None else radius), tau
+        self.top_n, self.radius, self.tau, self.alpha = top_n, (prototypes.radius if radius is None else radius), tau, alpha
 
     def __call__(self, img, probs):
         "Refine `probs` (scores or the base model) for `img` with this bundle's settings."
-        return refine_predict(img, probs, self.embedder, self.prototypes, self.top_n, self.radius, self.tau)
+        return refine_predict(img, probs, self.embedder, self.prototypes, self.top_n, self.radius, self.tau, self.alpha)
 
     @property
-    def settings(self): return dict(top_n=self.top_n, radius=self.radius, tau=self.tau)
+    def settings(self): return dict(top_n=self.top_n, radius=self.radius, tau=self.tau, alpha=self.alpha)
 
     def calibrate(self, images, probs, gts, **kwargs):
-        "Pick `top_n`, `radius` and `tau` on validation data with `calibrate`, keep them, and return its report."
+        "Pick `top_n`, `radius`, `tau` and `alpha` on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
-        self.top_n, self.radius, self.tau = res['top_n'], res['radius'], res['tau']
+        self.top_n, self.radius, self.tau, self.alpha = res['top_n'], res['radius'], res['tau'], res['alpha']
         return res
 
     def to(self, device):
@@ -244,7 +268,7 @@ class Refiner:
 
     def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
-# %% ../nbs/05_inference.ipynb #c01d69a3
+# %% ../nbs/05_inference.ipynb #95b72489
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
     "Write the bundle into the folder `path` (embedder.pt, prototypes.pt, refiner.json), replacing it atomically."
@@ -289,4 +313,4 @@ def load(cls: Refiner, path, device=None) -> Refiner:
     except RuntimeError as e: raise ValueError(f"{path/'embedder.pt'} does not match its own config ({str(e).splitlines()[0]}). Save it again.") from None
     protos = Prototypes.load(path/'prototypes.pt')
     if device is not None: net.to(device)
-    return cls(net.eval(), protos, settings.get('top_n', 5), settings.get('radius'), settings.get('tau'))
+    return cls(net.eval(), protos, settings.get('top_n'), settings.get('radius'), settings.get('tau'), settings.get('alpha', 0.))

@@ -49,6 +49,14 @@ def test_chain(trained):
     assert [o.name for o in outs] == sorted(f.name for f in (data/'val').iterdir())
     lab = np.asarray(Image.open(outs[0]))
     assert lab.shape == (64, 80) and lab.max() < len(SYNTH_CODES)
+    # the same folder through a DataLoader with 2 worker processes and batches of 3: the same maps (up to float near-ties)
+    out2 = d/'refined_batched'
+    run('refine', data/'val', scores, out2, '--checkpoint', ck, '--protos', protos, '--top_n', 3, '--bs', 3, '--workers', 2)
+    a = np.stack([np.asarray(Image.open(o)) for o in outs])
+    b = np.stack([np.asarray(Image.open(o)) for o in sorted(out2.iterdir())])
+    assert a.shape == b.shape and (a != b).mean() <= 1e-3
+    r = run('refine', data/'val', scores, out2, '--checkpoint', ck, '--protos', protos, ok=False)
+    assert r.returncode == 2 and '--skip_existing' in r.stderr
     r = run('evaluate', out, data/'valannot', '--n_classes', len(SYNTH_CODES))
     assert 'boundary' in r.stdout.lower()
 

@@ -36,3 +36,47 @@ def test_two_process_prototypes_equal_one_process(tmp_path):
     one = extract_prototypes(_embedder(), [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)], 4, radius=2, progress=False)
     assert torch.equal(two['counts'], one.counts)
     torch.testing.assert_close(two['vectors'], one.vectors, rtol=1e-5, atol=1e-6)
+
+# --- the command line under torchrun (2 CPU processes, gloo) ---------------------------------------------------------
+import subprocess, sys
+from pathlib import Path
+from brefine.cli import load_checkpoint
+from brefine.data import make_synthetic_folder, SYNTH_CODES
+from brefine.prototypes import Prototypes
+
+BREFINE = Path(sys.executable).parent/'brefine'
+ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg')
+
+def torchrun(*args, nproc=2):
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc), '--master_port', str(_free_port()),
+           '--no-python', str(BREFINE)] + [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    return r
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    d = make_synthetic_folder(tmp_path_factory.mktemp('ddp')/'data', n_train=8, n_valid=4, seed=1, size=(48, 64))
+    (d/'codes.txt').write_text('\n'.join(SYNTH_CODES))
+    return d
+
+@pytest.mark.skipif(not dist.is_available() or not BREFINE.exists(), reason='needs torch.distributed and the brefine script')
+def test_torchrun_training_writes_one_checkpoint(data, tmp_path):
+    pytest.importorskip('accelerate')
+    out = tmp_path/'run'; out.mkdir()
+    r = torchrun('train', data, '--out', out/'emb.pt', '--backbone', 'resnet18', '--emb_dim', 8, '--epochs', 2, '--bs', 2)
+    assert 'data-parallel training in 2 processes (MULTI_CPU)' in r.stdout
+    assert sorted(p.name for p in out.iterdir()) == ['emb.pt']          # one checkpoint, no per-rank or temp files
+    ck = load_checkpoint(out/'emb.pt')
+    assert (ck['epoch'], ck['n_epochs']) == (2, 2)
+    assert r.stdout.count('wrote ') == 1                               # only rank 0 reports
+
+@pytest.mark.skipif(not dist.is_available() or not BREFINE.exists(), reason='needs torch.distributed and the brefine script')
+def test_torchrun_prototypes_equal_one_process(data, tmp_path):
+    from brefine.cli import prototypes, train
+    ck = train(data, out=tmp_path/'emb.pt', backbone='resnet18', emb_dim=8, epochs=1, bs=4)
+    torchrun('prototypes', ck, data, '--out', tmp_path/'p2.pt', '--bs', 2)
+    prototypes(ck, data, out=tmp_path/'p1.pt', bs=2)
+    one, two = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p2.pt')
+    assert torch.equal(two.counts, one.counts) and one.counts.sum() > 0
+    torch.testing.assert_close(two.vectors, one.vectors, rtol=1e-5, atol=1e-6)
