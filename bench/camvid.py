@@ -11,7 +11,7 @@ What it does, in order (each stage prints its wall time; models are cached so re
 2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=64, ignore_index=11)` trained on `train`
    (`fit_one_cycle`); prototypes from `train` without augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
-4. brefine settings (radius, top_n, tau) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
+4. brefine settings (radius, top_n, tau, alpha) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
    criterion as brefine (boundary F @ 3 px, mIoU breaks ties). Nothing is tuned on test.
@@ -54,8 +54,8 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 WEIGHTS_FILE = 'mobilenet_v2-b0353104.pth'
 CRF_GRIDS = {'small': dict(sxy=(50, 80), srgb=(13,), compat=(4, 10)),
              'full': dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))}
-CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,)),
-             'full': dict(radii=(1, 2, 3, 4, 6), top_ns=(2, 3, 5), taus=(None, 0.9, 0.7, 0.5))}
+CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 1.)),
+             'full': dict(radii=(1, 2, 3, 4, 6), top_ns=(2, 3, 5), taus=(None, 0.9, 0.7), alphas=(0., 0.3, 1., 3.))}
 
 T0 = time.perf_counter()
 def log(*a):
@@ -247,11 +247,12 @@ def _normalize(img):
     return prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0]
 
 def load_cached(cache):
-    "The newest cached base model and calibrated Refiner bundle in `cache` (written by this script): (base, refiner)."
+    "The most recently written base model and calibrated Refiner bundle in `cache` (by this script): (base, refiner)."
     from brefine.core import safe_load
     from brefine.inference import Refiner
     cache = Path(cache)
-    bundles, bases = sorted(cache.glob('refiner_*')), sorted(cache.glob('base_*.pth'))
+    newest = lambda ps: sorted(ps, key=lambda q: q.stat().st_mtime)
+    bundles, bases = newest(cache.glob('refiner_*')), newest(p for p in cache.glob('base_*.pth') if not p.stem.endswith('_best'))
     if not bundles or not bases: raise FileNotFoundError(f"No cached base model / Refiner in {cache}: run bench/camvid.py first.")
     base = base_model(pretrained=False)
     base.load_state_dict(safe_load(bases[-1], 'base model weights'))
@@ -395,7 +396,7 @@ def main(argv=None):
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
         cal = calibrate(embedder, protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
-        settings = dict(radius=cal['radius'], top_n=cal['top_n'], tau=cal['tau'])
+        settings = dict(radius=cal['radius'], top_n=cal['top_n'], tau=cal['tau'], alpha=cal['alpha'])
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
         Refiner(embedder, protos, **settings).save(args.cache/f'refiner_{emb_file.stem}')
@@ -418,9 +419,9 @@ def main(argv=None):
             # brefine = refine_predict(img, probs, embedder, protos, **settings), timed in its two parts
             with torch.inference_mode():
                 t = time.perf_counter()
-                x, _ = prepare_image(img, protos.mean, protos.std); p = base_probs(probs, x, False)
+                x, _ = prepare_image(img, protos.mean, protos.std); p = base_probs(probs, x, False, softmax=False)
                 t1 = time.perf_counter(); emb = embedder(x); t2 = time.perf_counter()
-                out = to_numpy(relabel(emb, p, protos, settings['top_n'], settings['radius'], settings['tau'])[0]).astype(np.uint8)
+                out = to_numpy(relabel(emb, p, protos, **settings)[0]).astype(np.uint8)
                 t3 = time.perf_counter()
             tm['emb'].append(t2 - t1); tm['post'].append((t1 - t) + (t3 - t2))
             preds['brefine'].append(out)
