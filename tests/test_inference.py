@@ -20,12 +20,12 @@ def _case(seed, M, H, W, stride, C=6):
 cases = st.tuples(st.integers(0, 10_000), st.integers(2, 7), st.integers(8, 40), st.integers(8, 40), st.sampled_from([1, 2, 4]))
 
 @settings(**SETTINGS)
-@given(cases, st.integers(1, 7), st.integers(0, 4))
-def test_band_only_and_topn(case, top_n, radius):
+@given(cases, st.integers(1, 7), st.integers(0, 4), st.sampled_from([None, 0.8, 0.5]), st.sampled_from([0., 0.3, 3.]))
+def test_band_only_and_topn(case, top_n, radius, tau, alpha):
     seed, M, H, W, stride = case
     top_n = min(top_n, M)
     emb, imgs, logits, protos = _case(seed, M, H, W, stride)
-    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius)
+    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha)
     probs = F.interpolate(logits.softmax(1), size=(H, W), mode='bilinear', align_corners=False)
     base = probs.argmax(1)
     band = batch_band(base, radius)
@@ -34,6 +34,20 @@ def test_band_only_and_topn(case, top_n, radius):
     assert (probs.topk(top_n, 1).indices == out[:, None]).any(1).all()  # always one of the top-N
     changed = out != base
     assert protos.present[out[changed]].all()                         # missing prototypes never win
+    if tau is not None: assert not changed[probs.max(1).values >= tau].any()   # the gate keeps confident pixels
+
+@settings(**SETTINGS)
+@given(cases)
+def test_heavy_base_weight_is_the_base_answer(case):
+    seed, M, H, W, stride = case
+    emb, imgs, logits, protos = _case(seed, M, H, W, stride)
+    probs = F.interpolate(logits.softmax(1), size=(H, W), mode='bilinear', align_corners=False)
+    top2 = probs.topk(2, 1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 1e-3                          # no near-tie between the two best classes
+    base = probs.argmax(1)
+    clear &= protos.present[base]                                     # a class without a prototype never wins, whatever alpha
+    out = refine_predict(imgs, logits, emb, protos, top_n=min(3, M), radius=3, alpha=1e6)
+    assert torch.equal(out[clear], base[clear])
 
 @settings(**SETTINGS)
 @given(cases)
