@@ -8,8 +8,9 @@ What it does, in order (each stage prints its wall time; models are cached so re
    band ignored; `SaveModelCallback` keeps the epoch with the best val mIoU). The ImageNet weights come through the
    normal torchvision weights API; the offline copy `../shared/weights/mobilenet_v2-b0353104.pth` is copied into
    `$TORCH_HOME/hub/checkpoints` when missing.
-2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=64, ignore_index=11)` trained on `train`
-   (`fit_one_cycle`); prototypes from `train` without augmentation (`extract_prototypes`, radius 3).
+2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, ignore_index=11, net_kwargs=dict(aspp_dim=64,
+   decoder_dim=48))` -- the light embedder; `--emb-dim 64 --aspp-dim 128 --decoder-dim 128` gives the full one -- trained
+   on `train` (`fit_one_cycle`); prototypes from `train` without augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
 4. brefine settings (radius, top_n, tau, alpha) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
@@ -30,16 +31,14 @@ Usage (from the repository root):
 
 Needs `pip install pydensecrf2` (1.1 builds from source with gcc in ~45 s; the plain `pydensecrf` does not build).
 
-Run time with the defaults (train 367, val 101, test 233 images), estimated from per-image timings measured with ONE
-thread on the shared 2-core machine (load ~3) in a probe run (--limit-train 48 --limit-val 16 --limit-test 16, full grids):
-  base training   ~0.85 s / train image (incl. augmentation) + 0.09 s / val image, x 8 epochs      ~ 43 min
-  embedder        ~0.90 s / train image + 0.10 s / val image, x 3 epochs                         ~ 17 min
-  prototypes      ~0.22 s / train image                                                          ~  1.5 min
-  val base probabilities 0.1 s / image; calibrate (full grid, 60 settings) ~2.1 s / val image     ~  4 min
-  DenseCRF grid (full, 36 settings x 20 val images, ~0.27 s per image and setting)              ~  3.5 min
-  test (base + DenseCRF + brefine + metrics, ~0.46 s / image)                                    ~  2 min
-  total ~ 70 min with one thread; with --threads 2 on two free cores the torch stages run faster (~50-60 min),
-  so the defaults stay under 90 min. Reruns with the same --cache skip the ~60 min of training.
+Run time with the defaults (train 367, val 101, test 233 images), measured on the 2-core machine with --threads 2:
+  base training, 8 epochs            ~2.2 min per epoch on free cores (up to 10 min when the cores are shared)   ~ 20-35 min
+  light embedder, 16 epochs          ~1.4 min per epoch on free cores                                          ~ 25 min
+  prototypes                                                                                                   ~ 0.3 min
+  calibrate (full grid, 181 settings)                                                                          ~ 2.5 min
+  DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
+  test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
+  total ~ 50-65 min, under 90. Reruns with the same --cache skip training (~6 min).
 """
 from __future__ import annotations
 import argparse, os, sys, time, shutil, itertools
@@ -82,13 +81,13 @@ def parse_args(argv=None):
     p.add_argument('--limit-val', type=int, default=None, help='use only N validation images')
     p.add_argument('--limit-test', type=int, default=None, help='use only N test images')
     p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
-    p.add_argument('--base-epochs', type=int, default=8, help='base model epochs (8: ~43 min of the run)')
-    p.add_argument('--emb-epochs', type=int, default=3, help='embedder epochs (3: ~17 min)')
+    p.add_argument('--base-epochs', type=int, default=8, help='base model epochs (8: ~20-35 min of the run)')
+    p.add_argument('--emb-epochs', type=int, default=16, help='embedder epochs (16 of the light embedder: ~25 min)')
     p.add_argument('--base-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the base model')
     p.add_argument('--emb-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the embedder')
-    p.add_argument('--emb-dim', type=int, default=64, help='embedding size C')
-    p.add_argument('--aspp-dim', type=int, default=128, help="embedder's ASPP channels")
-    p.add_argument('--decoder-dim', type=int, default=128, help="embedder's stride-4 fusion channels")
+    p.add_argument('--emb-dim', type=int, default=32, help='embedding size C (the light embedder; 64 with 128/128 is the full one)')
+    p.add_argument('--aspp-dim', type=int, default=64, help="embedder's ASPP channels")
+    p.add_argument('--decoder-dim', type=int, default=48, help="embedder's stride-4 fusion channels")
     p.add_argument('--bs', type=int, default=8, help='training batch size (base and embedder)')
     p.add_argument('--crf-grid', choices=sorted(CRF_GRIDS), default='full', help=f'DenseCRF bilateral grid {CRF_GRIDS}')
     p.add_argument('--cal-grid', choices=sorted(CAL_GRIDS), default='full', help=f'brefine calibrate grid {CAL_GRIDS}')
