@@ -2,14 +2,14 @@
 
 For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
 - base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only), logits at image size;
-- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) at the given sizes (default: the one bench/camvid.py trains);
+- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/camvid.py trains);
 - brefine post-processing: everything `refine_predict` does besides the embedder forward -- `prepare_image` of the raw
   uint8 image, `base_probs` of the base logits, `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band
   pixels only) -- on scene-like 11-class logits, so the band has a realistic size;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
 Prints times and peak-memory growth as ratios to the base forward's. Usage:
-    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 64 --aspp-dim 128 --decoder-dim 128]
+    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
 """
 import argparse, sys, time
 from pathlib import Path
@@ -68,8 +68,8 @@ def memory(H, W, threads, a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
-    ap.add_argument('--emb-dim', type=int, default=64); ap.add_argument('--aspp-dim', type=int, default=128)
-    ap.add_argument('--decoder-dim', type=int, default=128)
+    ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
+    ap.add_argument('--decoder-dim', type=int, default=48)
     a = ap.parse_args()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim})')

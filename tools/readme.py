@@ -1,7 +1,7 @@
 """README.md from nbs/index.ipynb without Quarto (`nbdev_readme` needs it).
 
 `python tools/readme.py --write` rewrites README.md; without `--write` it exits 1 when README.md is stale."""
-import sys, re
+import re, sys
 from pathlib import Path
 import nbformat
 from nbconvert import MarkdownExporter
@@ -25,6 +25,7 @@ def render():
     body, _ = MarkdownExporter().from_notebook_node(nb)
     body = re.sub(r'\n{3,}', '\n\n', body).strip() + '\n'
     body = body.replace('](images/', '](nbs/images/')   # notebook-relative image paths, seen from the repository root
+    body = re.sub(r'\]\((?!https?:|nbs/)([\w./-]+\.ipynb)\)', r'](nbs/\1)', body)   # links to other notebooks, likewise
     return HEADER + body
 
 if __name__ == '__main__':
