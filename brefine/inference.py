@@ -97,7 +97,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
-# %% ../nbs/05_inference.ipynb #e82c1c0e
+# %% ../nbs/05_inference.ipynb #6aa18d32
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
         raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
@@ -112,9 +112,9 @@ def _band_probs(s: torch.Tensor) -> torch.Tensor:
     "Scores (M,K) of K band pixels as probabilities (a softmax over the M classes unless they already are)."
     return s if s.shape[1] == 0 or _looks_like_probs(s, 0) else s.softmax(0)
 
-def _prototype_scores(emb, vecs):
-    "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m`: `|e − E_m|²` short of `|e|²`, which every class shares."
-    return (vecs * vecs).sum(1)[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
+def _prototype_scores(emb, vecs, sq):
+    "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m` (`sq` holds the `|E_m|²`): `|e − E_m|²` short of `|e|²`, which every class shares."
+    return sq[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
 
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
@@ -137,9 +137,9 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
     bi, y, x = band.nonzero(as_tuple=True)
     if len(bi) == 0: return base
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
-    missing = ~prototypes.present.to(emb.device)
+    missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     project = M <= emb.shape[1]                               # fewer classes than channels: sample M score maps, not C features
-    maps = _prototype_scores(emb, vecs) if project else None
+    maps = _prototype_scores(emb, vecs, sq) if project else None
     out = base.clone()
     flat, lin = probs.transpose(0, 1).reshape(M, -1), (bi * H + y) * W + x    # (M, B·H·W): a view for one image
     for s in range(0, len(bi), chunk):                        # band pixels only from here on
@@ -152,7 +152,7 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
         if project: d = sample_features(maps, b_, y_, x_, (H, W))              # P5: (K, M)
         else:
             f = sample_features(emb, b_, y_, x_, (H, W))
-            d = (vecs * vecs).sum(1) - 2 * f @ vecs.T
+            d = sq - 2 * f @ vecs.T
         if missing.any(): d = d.masked_fill(missing, float('inf'))
         d = d.gather(1, cand)                                                   # (K, N)
         if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
