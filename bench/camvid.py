@@ -18,8 +18,8 @@ What it does, in order (each stage prints its wall time; models are cached so re
    criterion as brefine (boundary F @ 3 px, mIoU breaks ties). Nothing is tuned on test.
 6. `test`: mIoU, boundary IoU (dilation 2 % of the diagonal), boundary F @ 3 px, trimap IoU @ 5 px for base / DenseCRF /
    brefine, and seconds per image of base forward, DenseCRF, brefine embedder forward and brefine post-processing
-   (everything `refine_predict` does besides the embedder forward: image preparation, candidates, band, nearest
-   prototype), with the ratio brefine total / DenseCRF (DenseCRF is single-threaded C++; torch uses --threads).
+   (everything `refine_predict` does after the embedder: arg-max, candidates, band, nearest prototype; like the base's,
+   the embedder's time includes preparing its input image), with the ratio brefine total / DenseCRF (DenseCRF is single-threaded C++; torch uses --threads).
    The table is written atomically to `bench/out/camvid_results.md` and printed; a before/after figure (image, base,
    DenseCRF, brefine, ground truth for the test images brefine improves most) goes to `bench/out/camvid_figure.png`.
 
@@ -96,9 +96,12 @@ def parse_args(argv=None):
     p.add_argument('--n-figure', type=int, default=3, help='test images in the before/after figure')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
     p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
+    p.add_argument('--n-triplets', type=int, default=4096, help='triplets sampled per training batch')
+    p.add_argument('--emb-init', choices=('imagenet', 'base'), default='imagenet',
+                   help="embedder backbone start: ImageNet weights, or the trained base model's backbone (same MobileNetV2)")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
-              'emb_dim', 'aspp_dim', 'decoder_dim'):
+              'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
         v = getattr(args, k)
         if v is not None and v < 1: p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     if args.limit_train is not None and args.limit_train < args.bs:
@@ -263,20 +266,28 @@ def base_probs_of(model, img):
     with torch.inference_mode(): return model(_normalize(img)).softmax(1)[0].contiguous()
 
 # -------------------------------------------------------------------------------------------------------------- brefine
-def get_embedder(args, dls_fn):
+def get_embedder(args, dls_fn, base=None):
     import torch
     from brefine.core import atomic_save, safe_load
     from brefine.learner import EmbeddingNet, refine_learner
     arch = f'd{args.emb_dim}' + ('' if (args.aspp_dim, args.decoder_dim) == (128, 128) else f'_a{args.aspp_dim}_dec{args.decoder_dim}')
-    f = args.cache/f'emb_mnv2_{arch}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
+    init = '' if args.emb_init == 'imagenet' else f'_init{args.emb_init}{args.base_epochs}'
+    init += '' if args.n_triplets == 4096 else f'_tri{args.n_triplets}'
+    f = args.cache/f'emb_mnv2_{arch}{init}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
     if f.exists():
         ck = safe_load(f, 'embedder checkpoint')
         net = EmbeddingNet(**ck['config']); net.load_state_dict(ck['state_dict']); log(f'embedder loaded from {f}')
         return net.eval(), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
-    learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=args.emb_dim, pretrained=True, ignore_index=VOID,
+    learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=args.emb_dim, pretrained=True, ignore_index=VOID, n_triplets=args.n_triplets,
                            path=args.cache, model_dir='.', net_kwargs=dict(aspp_dim=args.aspp_dim, decoder_dim=args.decoder_dim))
+    if args.emb_init == 'base':
+        base_sd = base.backbone.state_dict()
+        emb_sd = learn.model.backbone.state_dict()
+        common = [k for k in emb_sd if k in base_sd and base_sd[k].shape == emb_sd[k].shape]
+        log(f'  embedder backbone from the base model: {len(common)} of {len(emb_sd)} tensors')
+        learn.model.backbone.load_state_dict({k: base_sd[k] for k in common}, strict=False)
     _fit(learn, args.emb_epochs, args.emb_lr)
     net = learn.model
     atomic_save(dict(config=net.config, state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()}), f)
@@ -385,7 +396,7 @@ def main(argv=None):
     n_tr = len(files(args.data, 'train', args.limit_train))
 
     with stage('base model (train or load)'): base = get_base(args, dls_fn)
-    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, dls_fn)
+    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
@@ -416,13 +427,13 @@ def main(argv=None):
             t = time.perf_counter(); preds['DenseCRF'].append(crf_predict(img, probs.numpy(), **crf_cfg, n_iter=args.crf_iters))
             tm['crf'].append(time.perf_counter() - t)
             # brefine = refine_predict(img, probs, embedder, protos, **settings), timed in its two parts
-            with torch.inference_mode():
+            with torch.inference_mode():                 # each model's time includes preparing its input, as the base's does
                 t = time.perf_counter()
-                x, _ = prepare_image(img, protos.mean, protos.std); p = base_probs(probs, x, False, softmax=False)
-                t1 = time.perf_counter(); emb = embedder(x); t2 = time.perf_counter()
-                out = to_numpy(relabel(emb, p, protos, **settings)[0]).astype(np.uint8)
-                t3 = time.perf_counter()
-            tm['emb'].append(t2 - t1); tm['post'].append((t1 - t) + (t3 - t2))
+                x, _ = prepare_image(img, protos.mean, protos.std); emb = embedder(x)
+                t1 = time.perf_counter()
+                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, **settings)[0]).astype(np.uint8)
+                t2 = time.perf_counter()
+            tm['emb'].append(t1 - t); tm['post'].append(t2 - t1)
             preds['brefine'].append(out)
             if i < 2:   # the split timing computes exactly what refine_predict computes
                 ref = to_numpy(refine_predict(img, probs, embedder, protos, **settings))

@@ -1,11 +1,13 @@
 """brefine's cost relative to the base model, measured in one run (issue 6, point 3).
 
 For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
-- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only), logits at image size;
-- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/camvid.py trains);
-- brefine post-processing: everything `refine_predict` does besides the embedder forward -- `prepare_image` of the raw
-  uint8 image, `base_probs` of the base logits, `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band
-  pixels only) -- on scene-like 11-class logits, so the band has a realistic size;
+- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only), logits at image
+  size, from the raw uint8 image (`prepare_image` included, as in bench/camvid.py);
+- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/camvid.py
+  trains), likewise from the raw image;
+- brefine post-processing: everything `refine_predict` does after the embedder -- `base_probs` of the base logits,
+  `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band pixels only) -- on scene-like 11-class
+  logits, so the band has a realistic size;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
 Prints times and peak-memory growth as ratios to the base forward's. Usage:
@@ -37,10 +39,9 @@ def _stages(H, W, threads, a):
     pr = Prototypes(torch.randn(11, a.emb_dim), torch.ones(11, dtype=torch.long), radius=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     x = prepare_image(img, pr.mean, pr.std)[0]
     with torch.inference_mode(): e = emb_net(x)            # the embedding the post-processing needs
-    def post():
-        xx, _ = prepare_image(img, pr.mean, pr.std)
-        return relabel(e, base_probs(logits, xx, True, softmax=False), pr, top_n=3, radius=3, tau=0.9, alpha=0.1)
-    return dict(base=lambda: base(x), emb=lambda: emb_net(x), post=post)
+    def post(): return relabel(e, base_probs(logits, x, True, softmax=False), pr, top_n=3, radius=3, tau=0.9, alpha=0.1)
+    prep = lambda: prepare_image(img, pr.mean, pr.std)[0]
+    return dict(base=lambda: base(prep()), emb=lambda: emb_net(prep()), post=post)
 
 def timings(H, W, threads, repeats, a):
     import torch

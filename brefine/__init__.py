@@ -6,11 +6,11 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/index.ipynb #6257270e
+# %% ../nbs/index.ipynb #b15f207f
 from .core import *
 from .band import near_boundary_mask, batch_band
 from .data import band_dblock, dls_from_folders, dls_from_label_func, synthetic_scene, make_synthetic_folder
-from .learner import EmbeddingNet, TripletCallback, refine_learner, band_features, sample_features
+from .learner import EmbeddingNet, TripletCallback, refine_learner, init_backbone, band_features, sample_features
 from .prototypes import Prototypes, extract_prototypes
 from .inference import refine_predict, Refiner, calibrate
 from .metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou, evaluate

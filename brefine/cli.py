@@ -117,7 +117,7 @@ class StopAfter(_CompletedEpochs):
         self.done += 1
         if self.done >= self.n: raise CancelFitException()
 
-# %% ../nbs/07_cli.ipynb #c8a855a5
+# %% ../nbs/07_cli.ipynb #b00d4c94
 def _codes(data: Path, codes, n_classes):
     if codes: return [l.strip() for l in Path(codes).read_text().splitlines() if l.strip()]
     if (data/'codes.txt').exists(): return [l.strip() for l in (data/'codes.txt').read_text().splitlines() if l.strip()]
@@ -147,6 +147,13 @@ def _gloo_safe_broadcast():
         return t.tolist()
     DistributedDL._broadcast, DistributedDL._brefine_gloo = _broadcast, True
 
+def _state_dict(fname) -> dict:
+    "The state dict in a weights file: a plain state dict, or one under 'model' / 'state_dict' (fastai's learn.save, checkpoints)."
+    sd = safe_load(fname, 'weights to start from')
+    for k in ('model', 'state_dict'):
+        if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
+    return sd
+
 def _say(*a):
     "Print from one process only (rank 0) when several run."
     if rank_distrib() == 0: print(*a, flush=True)
@@ -165,6 +172,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           radius: int = 3,            # band radius
           margin: float = 0.5,        # triplet margin
           pretrained: bool = False,   # start from ImageNet weights (torchvision weights API)
+          init_from: str = None,      # weights file (.pth state dict, or fastai's learn.save) of your model with the same backbone, to start from
           workers: int = 0,           # DataLoader worker processes
           seed: int = 0,              # random seed
           resume: bool = False,       # continue from the checkpoint at OUT (same schedule, optimiser and random states)
@@ -191,7 +199,8 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     dls = dls_from_folders(data, names, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
     learn = refine_learner(dls, backbone=backbone if ck is None else ck['config']['backbone'],
                            emb_dim=emb_dim if ck is None else ck['config']['emb_dim'],
-                           margin=margin, pretrained=pretrained and ck is None, ignore_index=void)
+                           margin=margin, pretrained=pretrained and ck is None, ignore_index=void,
+                           backbone_init=_state_dict(init_from) if init_from and ck is None else None)
     if ck is None:
         mean, std = _norm_stats(dls.train)
         meta = dict(codes=names, void=void, radius=radius, mean=mean, std=std, seed=seed)

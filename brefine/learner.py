@@ -22,7 +22,7 @@ import fastai.callback.schedule, fastai.callback.progress  # fit_one_cycle, fine
 # %% auto #0
 __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EmbeddingNet', 'embedding_splitter', 'sample_features',
            'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback',
-           'ActiveTriplets', 'refine_learner']
+           'ActiveTriplets', 'init_backbone', 'refine_learner']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -344,7 +344,39 @@ class ActiveTriplets(Metric):
     @property
     def name(self): return 'active_triplets'
 
-# %% ../nbs/03_learner.ipynb #e0fa8318
+# %% ../nbs/03_learner.ipynb #3f822d66
+def _best_prefix(src_shapes: dict, dst_shapes: dict) -> tuple:
+    "(prefix, keys): the prefix p under which the most `dst` keys k appear in `src` as p+k with the same shape."
+    hits = {}
+    for s, shape in src_shapes.items():
+        for k, dshape in dst_shapes.items():
+            if s.endswith(k) and (len(s) == len(k) or s[-len(k) - 1] == '.') and shape == dshape:
+                hits.setdefault(s[:len(s) - len(k)], []).append(k)
+    if not hits: return '', []
+    p = max(hits, key=lambda q: (len(hits[q]), -len(q)))
+    return p, hits[p]
+
+def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
+                  source,              # a module or state dict holding the same backbone, e.g. your base segmentation model
+                  strict: bool = True, # every backbone tensor must be found in `source`
+                 ) -> int:
+    "Start `net`'s backbone from the matching tensors of `source`; returns how many were copied."
+    net = getattr(net, 'model', net)
+    if not isinstance(net, EmbeddingNet): raise TypeError(f"init_backbone needs an EmbeddingNet (or a Learner of one), got {type(net).__name__}.")
+    if isinstance(source, nn.Module): source = source.state_dict()
+    if not isinstance(source, dict):
+        raise TypeError(f"source must be a module or a state dict, got {type(source).__name__}: load a checkpoint with torch.load first.")
+    dst = net.backbone.state_dict()
+    prefix, keys = _best_prefix({k: tuple(v.shape) for k, v in source.items() if isinstance(v, torch.Tensor)},
+                                {k: tuple(v.shape) for k, v in dst.items()})
+    if not keys or (strict and len(keys) < len(dst)):
+        raise ValueError(f"source holds {len(keys)} of the {len(dst)} tensors of the embedder's {net.config['backbone']} backbone "
+                         f"(best prefix {prefix!r}): it must be the same architecture. Pick EmbeddingNet's backbone to match "
+                         "your model, or pass strict=False to copy what matches.")
+    net.backbone.load_state_dict({k: source[prefix + k] for k in keys}, strict=False)
+    return len(keys)
+
+# %% ../nbs/03_learner.ipynb #c3e2a0a8
 def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
                    backbone: str = 'mobilenet_v2',  # see `EmbeddingNet`
                    emb_dim: int = 64,             # embedding channels
@@ -357,6 +389,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                    output_stride: int = 16,       # backbone output stride: 16 or 8
                    normalize: bool = True,        # unit-norm embeddings
                    net_kwargs: dict|None = None,  # more `EmbeddingNet` arguments (aspp_dim, decoder_dim, ...)
+                   backbone_init=None,            # a module or state dict with the same backbone to start from (`init_backbone`), instead of `pretrained`
                    cbs=None, metrics=None,        # more callbacks and metrics
                    **kwargs                       # passed to `Learner` (lr, opt_func, path, wd, ...)
                   ) -> Learner:
@@ -365,7 +398,8 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
     if n_inp != 1: raise ValueError(f"refine_learner needs batches (image, mask, band) with one input, but dls.n_inp is {n_inp}: "
                                     "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
                                     "or set dls.n_inp = 1 if your batches are (image, mask, band).")
-    net = EmbeddingNet(backbone, emb_dim, pretrained, output_stride, normalize, **(net_kwargs or {}))
+    net = EmbeddingNet(backbone, emb_dim, pretrained and backbone_init is None, output_stride, normalize, **(net_kwargs or {}))
+    if backbone_init is not None: init_backbone(net, backbone_init)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
     return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)

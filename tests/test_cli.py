@@ -69,3 +69,19 @@ def test_clear_errors(tmp_path, trained):
     assert r.returncode == 2 and 'corrupt' in r.stderr
     r = run('train', data, '--out', ck, ok=False)
     assert r.returncode == 2 and '--force' in r.stderr
+
+def test_train_init_from(tmp_path, trained):
+    "`--init_from` starts the backbone from a weights file (here fastai's learn.save layout, {'model': state dict})."
+    import torch, torchvision
+    d, data, _ = trained
+    src = torchvision.models.resnet18(weights=None).state_dict()
+    torch.save({'model': {'backbone.' + k: v for k, v in src.items()}}, tmp_path/'base.pth')
+    ck = tmp_path/'emb.pt'
+    run('train', data, '--out', ck, '--backbone', 'resnet18', '--emb_dim', 8, '--epochs', 1, '--bs', 4, '--lr', 0,
+        '--init_from', tmp_path/'base.pth')
+    got = torch.load(ck, weights_only=True)['state_dict']
+    assert torch.equal(got['backbone.conv1.weight'], src['conv1.weight'])          # lr 0: the copied weights, untouched
+    assert torch.equal(got['backbone.layer4.1.conv2.weight'], src['layer4.1.conv2.weight'])
+    torch.save(torchvision.models.mobilenet_v2(weights=None).state_dict(), tmp_path/'other.pth')
+    r = run('train', data, '--out', tmp_path/'e2.pt', '--backbone', 'resnet18', '--init_from', tmp_path/'other.pth', ok=False)
+    assert r.returncode == 2 and 'same architecture' in r.stderr
