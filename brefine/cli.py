@@ -117,7 +117,7 @@ class StopAfter(_CompletedEpochs):
         self.done += 1
         if self.done >= self.n: raise CancelFitException()
 
-# %% ../nbs/07_cli.ipynb #b00d4c94
+# %% ../nbs/07_cli.ipynb #34737f76
 def _codes(data: Path, codes, n_classes):
     if codes: return [l.strip() for l in Path(codes).read_text().splitlines() if l.strip()]
     if (data/'codes.txt').exists(): return [l.strip() for l in (data/'codes.txt').read_text().splitlines() if l.strip()]
@@ -325,6 +325,7 @@ def refine(images: str,               # folder of images (or one image file)
            protos: str = None,        # ... plus prototypes file
            top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
            radius: int = None,        # band radius (default: the bundle's / the prototypes')
+           vote: int = None,          # majority-vote window, odd (default: the bundle's, else none)
            palette_from: str = None,  # folder of label PNGs whose palette the outputs copy
            bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
            workers: int = 0,          # DataLoader worker processes reading images and scores
@@ -340,6 +341,7 @@ def refine(images: str,               # folder of images (or one image file)
     else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     if top_n: ref.top_n = top_n
     if radius is not None: ref.radius = radius
+    if vote is not None: ref.vote = vote
     ref.to(default_device())
     files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
     if files is None: raise FileNotFoundError(f"Images not found: {images}")

@@ -20,12 +20,13 @@ def _case(seed, M, H, W, stride, C=6):
 cases = st.tuples(st.integers(0, 10_000), st.integers(2, 7), st.integers(8, 40), st.integers(8, 40), st.sampled_from([1, 2, 4]))
 
 @settings(**SETTINGS)
-@given(cases, st.integers(1, 7), st.integers(0, 4), st.sampled_from([None, 0.8, 0.5]), st.sampled_from([0., 0.3, 3.]))
-def test_band_only_and_topn(case, top_n, radius, tau, alpha):
+@given(cases, st.integers(1, 7), st.integers(0, 4), st.sampled_from([None, 0.8, 0.5]), st.sampled_from([0., 0.3, 3.]),
+       st.sampled_from([0, 3, 5]))
+def test_band_only_and_topn(case, top_n, radius, tau, alpha, vote):
     seed, M, H, W, stride = case
     top_n = min(top_n, M)
     emb, imgs, logits, protos = _case(seed, M, H, W, stride)
-    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha)
+    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote)
     probs = F.interpolate(logits.softmax(1), size=(H, W), mode='bilinear', align_corners=False)
     base = probs.argmax(1)
     band = batch_band(base, radius)
