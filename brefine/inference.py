@@ -97,7 +97,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
-# %% ../nbs/05_inference.ipynb #0c70ec99
+# %% ../nbs/05_inference.ipynb #1ed0cb9e
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
         raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
@@ -128,24 +128,25 @@ def _prototype_scores(emb, vecs, sq):
     "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m` (`sq` holds the `|E_m|²`): `|e − E_m|²` short of `|e|²`, which every class shares."
     return sq[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
 
-def _window_counts(labels, c: int, k: int, b, y, x) -> torch.Tensor:
-    "(K,) float: how many pixels of class `c` the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image). `labels` is a small-int numpy array on the CPU, where cv2's running box sum costs the same for any k, else a tensor."
+def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
+    "(len(classes), K) float: how many pixels of each class the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image). `labels` is a small-int numpy array on the CPU, where cv2's running box sum costs the same for any k, else a tensor."
     if isinstance(labels, np.ndarray):
-        cnt = np.stack([cv2.boxFilter((l == c).view(np.uint8), cv2.CV_16U, (k, k), normalize=False,
-                                      borderType=cv2.BORDER_CONSTANT) for l in labels])
-        return torch.from_numpy(cnt[b, y, x].astype(np.float32))
-    m = F.avg_pool2d((labels == c)[:, None].float(), (1, k), 1, (0, k // 2))
-    return (F.avg_pool2d(m, (k, 1), 1, (k // 2, 0))[:, 0, b, y, x] * (k * k)).round()
+        box = lambda m: cv2.boxFilter(m.view(np.uint8), cv2.CV_16U, (k, k), normalize=False, borderType=cv2.BORDER_CONSTANT)
+        return torch.from_numpy(np.stack([np.stack([box(l == c) for l in labels])[b, y, x] for c in classes]).astype(np.float32))
+    m = (labels[None] == torch.tensor(classes, device=labels.device)[:, None, None, None]).float().flatten(0, 1)[:, None]
+    m = F.avg_pool2d(F.avg_pool2d(m, (1, k), 1, (0, k // 2)), (k, 1), 1, (k // 2, 0)).view(len(classes), *labels.shape)
+    return (m[:, b, y, x] * (k * k)).round()
 
 def _vote(out, b, y, x, cand, allowed, k: int) -> torch.Tensor:
     "New labels of the pixels (b,y,x): the allowed candidate (`cand`, `allowed` (K,N)) most frequent in `out`'s k×k window; a tie keeps the pixel's label."
+    n = int(cand.max()) + 1
+    classes = torch.bincount(cand[allowed], minlength=n).nonzero()[:, 0]
     if out.device.type == 'cpu':
-        labels, at = out.numpy().astype(np.uint8 if int(cand.max()) < 255 else np.int32), (b.numpy(), y.numpy(), x.numpy())
+        labels, at = out.numpy().astype(np.uint8 if n <= 255 else np.int32), (b.numpy(), y.numpy(), x.numpy())
     else: labels, at = out, (b, y, x)
-    votes = torch.full(cand.shape, -1., device=out.device)
-    for c in cand[allowed].unique().tolist():
-        votes = torch.where(cand == c, _window_counts(labels, c, k, *at).to(votes.device)[:, None], votes)
-    votes = votes + 0.5 * (cand == out[b, y, x][:, None])
+    counts = _window_counts(labels, classes.tolist(), k, *at).to(out.device)             # (classes, K)
+    row = torch.zeros(n, dtype=torch.long, device=out.device).index_put_((classes,), torch.arange(len(classes), device=out.device))
+    votes = counts.gather(0, row[cand].t()).t() + 0.5 * (cand == out[b, y, x][:, None])   # (K, N)
     return cand.gather(1, votes.masked_fill(~allowed, -1.).argmax(1, keepdim=True))[:, 0]
 
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
