@@ -12,7 +12,7 @@ What it does, in order (each stage prints its wall time; models are cached so re
    decoder_dim=48))` -- the light embedder; `--emb-dim 64 --aspp-dim 128 --decoder-dim 128` gives the full one -- trained
    on `train` (`fit_one_cycle`); prototypes from `train` without augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
-4. brefine settings (radius, top_n, tau, alpha) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
+4. brefine settings (radius, top_n, tau, alpha, vote) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
    criterion as brefine (boundary F @ 3 px, mIoU breaks ties). Nothing is tuned on test.
@@ -53,8 +53,8 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 WEIGHTS_FILE = 'mobilenet_v2-b0353104.pth'
 CRF_GRIDS = {'small': dict(sxy=(50, 80), srgb=(13,), compat=(4, 10)),
              'full': dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))}
-CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 1.)),
-             'full': dict(radii=(1, 2, 3, 4, 6), top_ns=(2, 3, 5), taus=(None, 0.9, 0.7), alphas=(0., 0.3, 1., 3.))}
+CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 1.), votes=(0, 5)),
+             'full': dict(radii=(3, 4, 6, 8, 10), top_ns=(2, 3), taus=(None, 0.9, 0.7), alphas=(0., 0.3, 1.), votes=(0, 5, 9))}
 
 T0 = time.perf_counter()
 def log(*a):
@@ -281,13 +281,8 @@ def get_embedder(args, dls_fn, base=None):
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=args.emb_dim, pretrained=True, ignore_index=VOID, n_triplets=args.n_triplets,
+                           backbone_init=base.backbone if args.emb_init == 'base' else None,
                            path=args.cache, model_dir='.', net_kwargs=dict(aspp_dim=args.aspp_dim, decoder_dim=args.decoder_dim))
-    if args.emb_init == 'base':
-        base_sd = base.backbone.state_dict()
-        emb_sd = learn.model.backbone.state_dict()
-        common = [k for k in emb_sd if k in base_sd and base_sd[k].shape == emb_sd[k].shape]
-        log(f'  embedder backbone from the base model: {len(common)} of {len(emb_sd)} tensors')
-        learn.model.backbone.load_state_dict({k: base_sd[k] for k in common}, strict=False)
     _fit(learn, args.emb_epochs, args.emb_lr)
     net = learn.model
     atomic_save(dict(config=net.config, state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()}), f)
@@ -406,7 +401,7 @@ def main(argv=None):
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
         cal = calibrate(embedder, protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
-        settings = dict(radius=cal['radius'], top_n=cal['top_n'], tau=cal['tau'], alpha=cal['alpha'])
+        settings = dict(radius=cal['radius'], top_n=cal['top_n'], tau=cal['tau'], alpha=cal['alpha'], vote=cal['vote'])
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
         Refiner(embedder, protos, **settings).save(args.cache/f'refiner_{emb_file.stem}')
