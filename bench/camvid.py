@@ -8,9 +8,11 @@ What it does, in order (each stage prints its wall time; models are cached so re
    band ignored; `SaveModelCallback` keeps the epoch with the best val mIoU). The ImageNet weights come through the
    normal torchvision weights API; the offline copy `../shared/weights/mobilenet_v2-b0353104.pth` is copied into
    `$TORCH_HOME/hub/checkpoints` when missing.
-2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, ignore_index=11, net_kwargs=dict(aspp_dim=64,
-   decoder_dim=48))` -- the light embedder; `--emb-dim 64 --aspp-dim 128 --decoder-dim 128` gives the full one -- trained
-   on `train` (`fit_one_cycle`); prototypes from `train` without augmentation (`extract_prototypes`, radius 3).
+2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, ignore_index=11, n_triplets=16384,
+   backbone_init=base.backbone, net_kwargs=dict(aspp_dim=64, decoder_dim=48))` -- the light embedder, started from the
+   trained base model's MobileNetV2 (`--emb-init imagenet` starts from ImageNet instead; `--emb-dim 64 --aspp-dim 128
+   --decoder-dim 128` gives the full embedder) -- trained on `train` (`fit_one_cycle`); prototypes from `train` without
+   augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
 4. brefine settings (radius, top_n, tau, alpha, vote) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
@@ -96,8 +98,8 @@ def parse_args(argv=None):
     p.add_argument('--n-figure', type=int, default=3, help='test images in the before/after figure')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
     p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
-    p.add_argument('--n-triplets', type=int, default=4096, help='triplets sampled per training batch')
-    p.add_argument('--emb-init', choices=('imagenet', 'base'), default='imagenet',
+    p.add_argument('--n-triplets', type=int, default=16384, help='triplets sampled per training batch')
+    p.add_argument('--emb-init', choices=('imagenet', 'base'), default='base',
                    help="embedder backbone start: ImageNet weights, or the trained base model's backbone (same MobileNetV2)")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',

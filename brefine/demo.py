@@ -42,7 +42,7 @@ class MaskLoss:
     def decodes(self, x): return x.argmax(1)
     def activation(self, x): return x.softmax(1)
 
-# %% ../nbs/08_demo.ipynb #887a4483
+# %% ../nbs/08_demo.ipynb #20f8e5c8
 def _heldout(n, seed, size):
     scenes = [synthetic_scene(seed + i, size) for i in range(n)]
     return [s[0] for s in scenes], [s[1].astype(np.int64) for s in scenes]
@@ -78,7 +78,7 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
     ref = Refiner(learn.model.eval(), protos)
     val_imgs, val_gts = _heldout(n_valid, seed + 10_000, size)
     cal = ref.calibrate(val_imgs, base_model, val_gts, progress=False)
-    say(f"calibrated on {n_valid} validation scenes: radius={ref.radius} top_n={ref.top_n} tau={ref.tau} alpha={ref.alpha}")
+    say(f"calibrated on {n_valid} validation scenes: radius={ref.radius} top_n={ref.top_n} tau={ref.tau} alpha={ref.alpha} vote={ref.vote}")
     imgs, gts = _heldout(n_test, seed + 20_000, size)
     x, _ = prepare_image(np.stack(imgs), protos.mean, protos.std)
     with torch.inference_mode(): bp = base_probs(base_model, x, True)
