@@ -35,12 +35,12 @@ Needs `pip install pydensecrf2` (1.1 builds from source with gcc in ~45 s; the p
 
 Run time with the defaults (train 367, val 101, test 233 images), measured on the 2-core machine with --threads 2:
   base training, 8 epochs            ~2.2 min per epoch on free cores (up to 10 min when the cores are shared)   ~ 20-35 min
-  light embedder, 16 epochs          ~1.4 min per epoch on free cores                                          ~ 25 min
+  light embedder, 16 epochs          ~1.5 min per epoch on free cores (16384 triplets per batch)              ~ 25 min
   prototypes                                                                                                   ~ 0.3 min
-  calibrate (full grid, 181 settings)                                                                          ~ 2.5 min
+  calibrate (full grid, 289 settings)                                                                          ~ 5.5 min
   DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
   test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
-  total ~ 50-65 min, under 90. Reruns with the same --cache skip training (~6 min).
+  total ~ 55-70 min, under 90. Reruns with the same --cache skip training (~10 min).
 """
 from __future__ import annotations
 import argparse, os, sys, time, shutil, itertools
@@ -56,7 +56,7 @@ WEIGHTS_FILE = 'mobilenet_v2-b0353104.pth'
 CRF_GRIDS = {'small': dict(sxy=(50, 80), srgb=(13,), compat=(4, 10)),
              'full': dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))}
 CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 1.), votes=(0, 5)),
-             'full': dict(radii=(3, 4, 6, 8, 10), top_ns=(2, 3), taus=(None, 0.9, 0.7), alphas=(0., 0.3, 1.), votes=(0, 5, 9))}
+             'full': dict(radii=(4, 6, 8, 10, 14, 18), top_ns=(2, 3), taus=(None, 0.9, 0.7), alphas=(0., 0.3), votes=(0, 5, 9, 11))}
 
 T0 = time.perf_counter()
 def log(*a):

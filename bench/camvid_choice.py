@@ -1,4 +1,4 @@
-"""Where brefine can help on CamVid: band pixels whose true class is among the base model's top-2, and who picks it.
+"""Where brefine can help on CamVid: band pixels whose true class is among the base model's top-2 (--top-n), and who picks it.
 
 For every 4th val image: the band (radius 4) of the base model's arg-max, void excluded; among those pixels, the ones
 whose ground truth is one of the base's two best classes (the only ones a top-2 refinement can fix or break). Reports how
@@ -18,6 +18,7 @@ def main():
     ap.add_argument('--cache', type=Path, default=REPO/'bench/out/camvid_cache')
     ap.add_argument('--data', type=Path, default=REPO.parent/'shared/data/camvid/CamVid')
     ap.add_argument('--radius', type=int, default=4); ap.add_argument('--every', type=int, default=4)
+    ap.add_argument('--top-n', type=int, default=2, help='candidates: the base top-N')
     a = ap.parse_args()
     import torch, numpy as np, torch.nn.functional as F
     sys.path.insert(0, str(REPO/'bench')); import camvid
@@ -40,7 +41,7 @@ def main():
             x = camvid._normalize(img); p = base(x).softmax(1)
             y, xx = batch_band(p.argmax(1), a.radius)[0].nonzero(as_tuple=True)
             g = torch.from_numpy(gt.astype(np.int64))[y, xx]
-            pp = p[0][:, y, xx].t(); cand = pp.topk(2, 1).indices
+            pp = p[0][:, y, xx].t(); cand = pp.topk(a.top_n, 1).indices
             ok = (cand == g[:, None]).any(1) & (g != camvid.VOID)
             cand, pp, g = cand[ok], pp[ok], g[ok]
             fe = sample_features(net(x), torch.zeros_like(y), y, xx, gt.shape)[ok]
@@ -52,8 +53,8 @@ def main():
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=11).float(); per[k][:, 1] += torch.bincount(g, minlength=11).float()
             total += int(ok.sum())
-    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}')
-    print(f'{len(fs)} val images; band radius {a.radius} around the base arg-max; {total} band pixels whose truth is in the base top-2')
+    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}' + (f' --top-n {a.top_n}' if a.top_n != 2 else ''))
+    print(f'{len(fs)} val images; band radius {a.radius} around the base arg-max; {total} band pixels whose truth is in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / total:.3f}')
     for k, t in per.items():
         r = t[:, 0] / t[:, 1].clamp_min(1)

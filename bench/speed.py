@@ -12,6 +12,7 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
 Prints times and peak-memory growth as ratios to the base forward's. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
+        [--top-n 2 --radius 18 --tau 0.9 --alpha 0 --vote 11]   (defaults: the settings calibrated on CamVid val)
 """
 import argparse, sys, time
 from pathlib import Path
@@ -39,7 +40,8 @@ def _stages(H, W, threads, a):
     pr = Prototypes(torch.randn(11, a.emb_dim), torch.ones(11, dtype=torch.long), radius=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     x = prepare_image(img, pr.mean, pr.std)[0]
     with torch.inference_mode(): e = emb_net(x)            # the embedding the post-processing needs
-    def post(): return relabel(e, base_probs(logits, x, True, softmax=False), pr, top_n=3, radius=3, tau=0.9, alpha=0.1)
+    settings = dict(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote)
+    def post(): return relabel(e, base_probs(logits, x, True, softmax=False), pr, **settings)
     prep = lambda: prepare_image(img, pr.mean, pr.std)[0]
     return dict(base=lambda: base(prep()), emb=lambda: emb_net(prep()), post=post)
 
@@ -71,9 +73,12 @@ def main():
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
+    ap.add_argument('--top-n', type=int, default=2); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
+    ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.)  # on CamVid val
+    ap.add_argument('--vote', type=int, default=11)
     a = ap.parse_args()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
-          f'aspp {a.aspp_dim}, decoder {a.decoder_dim})')
+          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote})')
     print(f"{'size':>10} {'base s':>8} {'emb s':>8} {'post s':>8} {'emb/base':>9} {'post/base':>10} {'mem emb/base':>13} {'mem post/base':>14}")
     for H, W in SIZES:
         tm = timings(H, W, a.threads, a.repeats, a)

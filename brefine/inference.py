@@ -231,7 +231,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #d111b257
+# %% ../nbs/05_inference.ipynb #9087d564
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
@@ -242,7 +242,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               images,                         # validation images: a list or a batch, as `refine_predict` takes them
               probs,                          # their base scores (list/batch), or the base model
               gts,                            # ground-truth label maps (H,W) per image
-              radii=(1, 2, 3, 4, 6),          # band radii to try
+              radii=(2, 4, 6, 10, 14),        # band radii to try
               top_ns=(2, 3, 5),               # candidate counts to try
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)

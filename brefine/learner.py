@@ -109,7 +109,7 @@ def _backbone(name: str, pretrained, output_stride: int):
         return IntermediateLayerGetter(feats, {str(low): 'low', str(len(feats) - 1): 'out'}), chs[low], chs[-1]
     return _timm_backbone(name, pretrained, output_stride)
 
-# %% ../nbs/03_learner.ipynb #ffde8f4a
+# %% ../nbs/03_learner.ipynb #5692e49d
 class EmbeddingNet(nn.Module):
     "DeepLabV3+ style network mapping images (B,3,H,W) to embeddings (B,emb_dim,ceil(H/4),ceil(W/4))."
     stride = 4
@@ -149,6 +149,7 @@ class EmbeddingNet(nn.Module):
             raise ValueError("EmbeddingNet cannot train on a batch of one image (the ASPP image-pooling branch normalises "
                              "over the batch): use a batch size of 2 or more, or call .eval() for inference.")
         size = (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4))
+        if not self.training and x.device.type == 'cpu': x = x.contiguous(memory_format=torch.channels_last)   # ~20 % faster
         f = self.backbone(x)
         low = self.reduce(f['low'])
         if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
