@@ -377,7 +377,7 @@ def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
     net.backbone.load_state_dict({k: source[prefix + k] for k in keys}, strict=False)
     return len(keys)
 
-# %% ../nbs/03_learner.ipynb #c3e2a0a8
+# %% ../nbs/03_learner.ipynb #d150e740
 def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
                    backbone: str = 'mobilenet_v2',  # see `EmbeddingNet`
                    emb_dim: int = 64,             # embedding channels
@@ -399,7 +399,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
     if n_inp != 1: raise ValueError(f"refine_learner needs batches (image, mask, band) with one input, but dls.n_inp is {n_inp}: "
                                     "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
                                     "or set dls.n_inp = 1 if your batches are (image, mask, band).")
-    net = EmbeddingNet(backbone, emb_dim, pretrained and backbone_init is None, output_stride, normalize, **(net_kwargs or {}))
+    net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **(net_kwargs or {}))
     if backbone_init is not None: init_backbone(net, backbone_init)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)

@@ -51,7 +51,8 @@ def torchrun(*args, nproc=2):
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc), '--master_port', str(_free_port()),
            '--no-python', str(BREFINE)] + [str(a) for a in args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    why = [l for l in r.stderr.splitlines() if any(w in l for w in ('Error', 'error', 'what()', 'abort', 'Abort', 'Signal'))]
+    assert r.returncode == 0, (r.stdout[-2000:], why[:30], r.stderr[-3000:])
     return r
 
 @pytest.fixture(scope='module')
