@@ -42,8 +42,8 @@ def main():
           ' '.join(f"{s['radius']},{s['top_n']},{s['tau']},{s['alpha']},{s['vote']}" for s in a.settings))
     print(f'{len(fs)} val images (every {a.every}th); embedder {ref.embedder.config}')
     print(f"{'setting':55s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
-    print(f"{'base':55s} {score([p[0].argmax(0).numpy() for _, p in cache])[0]:6.2f} "
-          f"{score([p[0].argmax(0).numpy() for _, p in cache])[1]:6.2f}")
+    m, b = score([p[0].argmax(0).numpy() for _, p in cache])
+    print(f"{'base':55s} {m:6.2f} {b:6.2f}")
     with torch.inference_mode():
         for s in a.settings:
             t = time.perf_counter()
