@@ -117,7 +117,7 @@ class StopAfter(_CompletedEpochs):
         self.done += 1
         if self.done >= self.n: raise CancelFitException()
 
-# %% ../nbs/07_cli.ipynb #34737f76
+# %% ../nbs/07_cli.ipynb #367d960c
 def _codes(data: Path, codes, n_classes):
     if codes: return [l.strip() for l in Path(codes).read_text().splitlines() if l.strip()]
     if (data/'codes.txt').exists(): return [l.strip() for l in (data/'codes.txt').read_text().splitlines() if l.strip()]
@@ -254,7 +254,7 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
         files = sorted(get_image_files(data/split, recurse=False))
         if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
         dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers)
-        dl = dls.test_dl(files, with_labels=True)                        # no augmentation
+        dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
         net = embedder_from_checkpoint(ck).to(default_device())
         pr = extract_prototypes(net, dl, len(m['codes']), radius=m['radius'], ignore_index=m['void'], names=m['codes'],
                                 mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)

@@ -122,7 +122,7 @@ def _split_batch(b):
                          f"{type(b).__name__} of length {len(b) if hasattr(b, '__len__') else '?'}.")
     return b[0], b[1]
 
-# %% ../nbs/04_prototypes.ipynb #0be6d347
+# %% ../nbs/04_prototypes.ipynb #0fe2988f
 @torch.inference_mode()
 def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner, or any module (B,3,H,W) -> (B,C,h,w)
                        data,                      # fastai DataLoader or iterable of (images, masks[, band]) batches
@@ -160,9 +160,12 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
             counts += torch.bincount(labels, minlength=n_classes)
     finally:
         if was_training: model.train()
-    if sums is None: raise ValueError("`data` yielded no batches: nothing to average. Check the data source.")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(sums); torch.distributed.all_reduce(counts)
+        C = torch.tensor([0 if sums is None else sums.shape[1]], device=dev)   # a process with an empty share learns C from
+        torch.distributed.all_reduce(C, op=torch.distributed.ReduceOp.MAX)     # the others and adds zeros
+        if sums is None and C.item(): sums = torch.zeros(n_classes, int(C.item()), dtype=torch.float64, device=dev)
+        if sums is not None: torch.distributed.all_reduce(sums); torch.distributed.all_reduce(counts)
+    if sums is None: raise ValueError("`data` yielded no batches: nothing to average. Check the data source.")
     vectors = (sums / counts.clamp(min=1)[:, None]).float()
     if names is None: names = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
     names = list(names) if names is not None and len(names) == n_classes else None

@@ -15,11 +15,13 @@ def _embedder():
     torch.manual_seed(0)
     return nn.Conv2d(3, 5, 3, stride=2, padding=1)
 
-def _worker(rank, world, port, out):
+def _worker(rank, world, port, out, empty_rank=None):
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     dist.init_process_group('gloo', rank=rank, world_size=world)
     imgs, masks = _data()
     shard = [(imgs[i:i+2], masks[i:i+2]) for i in range(rank * 2, 8, world * 2)]   # each process sees its own batches
+    if empty_rank is not None:                                                       # one process gets nothing, another all
+        shard = [] if rank == empty_rank else [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)]
     pr = extract_prototypes(_embedder(), shard, 4, radius=2, progress=False)
     if rank == 0: torch.save({'vectors': pr.vectors, 'counts': pr.counts}, out)
     dist.destroy_process_group()
@@ -28,9 +30,10 @@ def _free_port():
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 @pytest.mark.skipif(not dist.is_available(), reason='torch.distributed is not available in this build')
-def test_two_process_prototypes_equal_one_process(tmp_path):
+@pytest.mark.parametrize('empty_rank', [None, 0, 1])
+def test_two_process_prototypes_equal_one_process(tmp_path, empty_rank):
     out = tmp_path/'p.pt'
-    mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, _free_port(), str(out), empty_rank), nprocs=2, join=True)
     two = torch.load(out, weights_only=True)
     imgs, masks = _data()
     one = extract_prototypes(_embedder(), [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)], 4, radius=2, progress=False)
