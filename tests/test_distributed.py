@@ -84,3 +84,16 @@ def test_torchrun_prototypes_equal_one_process(data, tmp_path):
     one, two = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p2.pt')
     assert torch.equal(two.counts, one.counts) and one.counts.sum() > 0
     torch.testing.assert_close(two.vectors, one.vectors, rtol=1e-5, atol=1e-6)
+
+@pytest.mark.skipif(not dist.is_available() or not BREFINE.exists(), reason='needs torch.distributed and the brefine script')
+def test_torchrun_prototypes_more_processes_than_files(tmp_path):
+    "3 processes, 2 training images: the third process has no files and still joins the sums."
+    from brefine.cli import prototypes, train
+    d = make_synthetic_folder(tmp_path/'data', n_train=2, n_valid=2, seed=2, size=(48, 64))
+    (d/'codes.txt').write_text('\n'.join(SYNTH_CODES))
+    ck = train(d, out=tmp_path/'emb.pt', backbone='resnet18', emb_dim=8, epochs=1, bs=2)
+    torchrun('prototypes', ck, d, '--out', tmp_path/'p3.pt', '--bs', 1, nproc=3)
+    prototypes(ck, d, out=tmp_path/'p1.pt', bs=1)
+    one, three = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p3.pt')
+    assert torch.equal(three.counts, one.counts) and one.counts.sum() > 0
+    torch.testing.assert_close(three.vectors, one.vectors, rtol=1e-5, atol=1e-6)
