@@ -226,12 +226,10 @@ def _fit(learn, epochs, lr):
 def get_base(args, dls_fn):
     "The trained base model, from the cache or trained now."
     import torch, numpy as np
-    from brefine.core import atomic_save, safe_load
+    from brefine.core import atomic_save
     f = args.cache/f'base_mnv2os16_e{args.base_epochs}_t{args.limit_train}_v{args.limit_val}.pth'
-    model = base_model(pretrained=not f.exists())
-    if f.exists():
-        model.load_state_dict(safe_load(f, 'base model weights')); log(f'base model loaded from {f}')
-        return model.eval()
+    if f.exists(): log(f'base model loaded from {f}'); return load_base(f)
+    model = base_model()
     from fastai.learner import Learner
     from fastai.callback.tracker import SaveModelCallback
     import fastai.callback.schedule  # fit_one_cycle
@@ -250,17 +248,27 @@ def _normalize(img):
     from brefine.inference import prepare_image
     return prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0]
 
+def load_base(f):
+    "The base model with the weights cached in file `f`, in eval mode."
+    from brefine.core import safe_load
+    model = base_model(pretrained=False)
+    model.load_state_dict(safe_load(f, 'base model weights'))
+    return model.eval()
+
+def load_embedder(f):
+    "The embedder cached in file `f` (its config and weights), in eval mode."
+    from brefine.core import safe_load
+    from brefine.cli import embedder_from_checkpoint
+    return embedder_from_checkpoint(safe_load(f, 'embedder checkpoint'))
+
 def load_cached(cache):
     "The most recently written base model and calibrated Refiner bundle in `cache` (by this script): (base, refiner)."
-    from brefine.core import safe_load
     from brefine.inference import Refiner
     cache = Path(cache)
     newest = lambda ps: sorted(ps, key=lambda q: q.stat().st_mtime)
     bundles, bases = newest(cache.glob('refiner_*')), newest(p for p in cache.glob('base_*.pth') if not p.stem.endswith('_best'))
     if not bundles or not bases: raise FileNotFoundError(f"No cached base model / Refiner in {cache}: run bench/camvid.py first.")
-    base = base_model(pretrained=False)
-    base.load_state_dict(safe_load(bases[-1], 'base model weights'))
-    return base.eval(), Refiner.load(bundles[-1])
+    return load_base(bases[-1]), Refiner.load(bundles[-1])
 
 def base_probs_of(model, img):
     "(C,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
@@ -270,16 +278,13 @@ def base_probs_of(model, img):
 # -------------------------------------------------------------------------------------------------------------- brefine
 def get_embedder(args, dls_fn, base=None):
     import torch
-    from brefine.core import atomic_save, safe_load
-    from brefine.learner import EmbeddingNet, refine_learner
+    from brefine.core import atomic_save
+    from brefine.learner import refine_learner
     arch = f'd{args.emb_dim}' + ('' if (args.aspp_dim, args.decoder_dim) == (128, 128) else f'_a{args.aspp_dim}_dec{args.decoder_dim}')
     init = '' if args.emb_init == 'imagenet' else f'_init{args.emb_init}{args.base_epochs}'
     init += '' if args.n_triplets == 4096 else f'_tri{args.n_triplets}'
     f = args.cache/f'emb_mnv2_{arch}{init}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
-    if f.exists():
-        ck = safe_load(f, 'embedder checkpoint')
-        net = EmbeddingNet(**ck['config']); net.load_state_dict(ck['state_dict']); log(f'embedder loaded from {f}')
-        return net.eval(), f
+    if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     learn = refine_learner(dls_fn(), backbone='mobilenet_v2', emb_dim=args.emb_dim, pretrained=True, ignore_index=VOID, n_triplets=args.n_triplets,

@@ -22,14 +22,13 @@ def main():
     a = ap.parse_args()
     import torch, numpy as np, torch.nn.functional as F
     sys.path.insert(0, str(REPO/'bench')); import camvid
-    from brefine.core import safe_load
-    from brefine.learner import EmbeddingNet, sample_features
+    from brefine.learner import sample_features
     from brefine.prototypes import Prototypes
     from brefine.band import batch_band
     torch.set_num_threads(2)
-    ck = safe_load(a.cache/a.embedder, 'embedder'); net = EmbeddingNet(**ck['config']); net.load_state_dict(ck['state_dict']); net.eval()
+    net = camvid.load_embedder(a.cache/a.embedder)
     pr = Prototypes.load(a.cache/('protos_' + Path(a.embedder).stem + '.pt'))
-    base = camvid.base_model(False); base.load_state_dict(safe_load(a.cache/a.base, 'base model')); base.eval()
+    base = camvid.load_base(a.cache/a.base)
     fs = camvid.files(a.data, 'val')[::a.every]
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in (0.3, 1, 3)]

@@ -284,7 +284,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
-# %% ../nbs/05_inference.ipynb #d6a5c205
+# %% ../nbs/05_inference.ipynb #a9f7d922
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
 
 class Refiner:
@@ -305,7 +305,7 @@ class Refiner:
     def calibrate(self, images, probs, gts, **kwargs):
         "Pick `top_n`, `radius`, `tau`, `alpha` and `vote` on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
-        self.top_n, self.radius, self.tau, self.alpha, self.vote = (res[k] for k in ('top_n', 'radius', 'tau', 'alpha', 'vote'))
+        for k in self.settings: setattr(self, k, res[k])
         return res
 
     def to(self, device):
@@ -313,7 +313,7 @@ class Refiner:
 
     def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
-# %% ../nbs/05_inference.ipynb #59eadbfa
+# %% ../nbs/05_inference.ipynb #1105494d
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
     "Write the bundle into the folder `path` (embedder.pt, prototypes.pt, refiner.json), replacing it atomically."
@@ -358,5 +358,5 @@ def load(cls: Refiner, path, device=None) -> Refiner:
     except RuntimeError as e: raise ValueError(f"{path/'embedder.pt'} does not match its own config ({str(e).splitlines()[0]}). Save it again.") from None
     protos = Prototypes.load(path/'prototypes.pt')
     if device is not None: net.to(device)
-    return cls(net.eval(), protos, settings.get('top_n'), settings.get('radius'), settings.get('tau'), settings.get('alpha', 0.),
-               settings.get('vote', 0))
+    known = cls(net, protos).settings                  # older bundles lack newer settings: those keep their defaults
+    return cls(net.eval(), protos, **{k: v for k, v in settings.items() if k in known})
