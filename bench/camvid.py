@@ -14,10 +14,11 @@ What it does, in order (each stage prints its wall time; models are cached so re
    --decoder-dim 128` gives the full embedder) -- trained on `train` (`fit_one_cycle`); prototypes from `train` without
    augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
-4. brefine settings (radius, top_n, tau, alpha, vote) chosen on `val` with `calibrate` (boundary F @ 3 px, never worse than base).
+4. brefine settings (radius, top_n, tau, alpha, vote) chosen on `val` with `calibrate` (the mean of boundary F @ 3 px and mIoU,
+   never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
-   criterion as brefine (boundary F @ 3 px, mIoU breaks ties). Nothing is tuned on test.
+   criterion as brefine (the mean of boundary F @ 3 px and mIoU). Nothing is tuned on test.
 6. `test`: mIoU, boundary IoU (dilation 2 % of the diagonal), boundary F @ 3 px, trimap IoU @ 5 px for base / DenseCRF /
    brefine, and seconds per image of base forward, DenseCRF, brefine embedder forward and brefine post-processing
    (everything `refine_predict` does after the embedder: arg-max, candidates, band, nearest prototype; like the base's,
@@ -35,12 +36,12 @@ Needs `pip install pydensecrf2` (1.1 builds from source with gcc in ~45 s; the p
 
 Run time with the defaults (train 367, val 101, test 233 images), measured on the 2-core machine with --threads 2:
   base training, 8 epochs            ~2.2 min per epoch on free cores (up to 10 min when the cores are shared)   ~ 20-35 min
-  light embedder, 16 epochs          ~1.5 min per epoch on free cores (16384 triplets per batch)              ~ 25 min
+  light embedder, 32 epochs          ~1.2 min per epoch on free cores (16384 triplets per batch)          ~ 40-47 min
   prototypes                                                                                                   ~ 0.3 min
   calibrate (full grid, 289 settings)                                                                          ~ 5.5 min
   DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
   test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
-  total ~ 55-70 min, under 90. Reruns with the same --cache skip training (~10 min).
+  total ~ 70-80 min on free cores, under 90. Reruns with the same --cache skip training (~10 min).
 """
 from __future__ import annotations
 import argparse, os, sys, time, shutil, itertools
@@ -84,7 +85,7 @@ def parse_args(argv=None):
     p.add_argument('--limit-test', type=int, default=None, help='use only N test images')
     p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
     p.add_argument('--base-epochs', type=int, default=8, help='base model epochs (8: ~20-35 min of the run)')
-    p.add_argument('--emb-epochs', type=int, default=16, help='embedder epochs (16 of the light embedder: ~25 min)')
+    p.add_argument('--emb-epochs', type=int, default=32, help='embedder epochs (32 of the light embedder: ~40 min)')
     p.add_argument('--base-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the base model')
     p.add_argument('--emb-lr', type=float, default=1e-3, help='fit_one_cycle lr_max of the embedder')
     p.add_argument('--emb-dim', type=int, default=32, help='embedding size C (the light embedder; 64 with 128/128 is the full one)')
@@ -327,9 +328,14 @@ def crf_predict(img, probs, sxy, srgb, compat, n_iter=5):
     return np.asarray(d.inference(n_iter)).reshape(C, H, W).argmax(0).astype(np.uint8)
 
 def scores(preds, gts):
-    "(boundary F @ 3 px, mIoU): the selection criterion shared by DenseCRF tuning and brefine's calibrate."
+    "(boundary F @ 3 px, mIoU) of a set of predictions; `objective` ranks them."
     from brefine.metrics import boundary_f1, mean_iou
     return (boundary_f1(preds, gts, N_CLASSES, tolerance=3, ignore_index=VOID), mean_iou(preds, gts, N_CLASSES, ignore_index=VOID))
+
+def objective(sc):
+    "The selection criterion shared by DenseCRF tuning and brefine's calibrate (its default, 'mean'): the mean of boundary F and mIoU, boundary F breaking ties."
+    from brefine.inference import _OBJECTIVES
+    return _OBJECTIVES['mean'](*sc)
 
 def tune_crf(args, imgs, probs, gts):
     import numpy as np
@@ -342,7 +348,7 @@ def tune_crf(args, imgs, probs, gts):
         sc = scores(preds, [gts[i] for i in idx])
         rows.append(dict(sxy=sxy, srgb=srgb, compat=compat, boundary_f1=sc[0], miou=sc[1]))
         log(f'  crf sxy={sxy} srgb={srgb} compat={compat}: BF {sc[0]:.4f} mIoU {sc[1]:.4f} ({time.perf_counter()-t:.1f} s)')
-        if best is None or sc > best[0]: best = (sc, dict(sxy=sxy, srgb=srgb, compat=compat))
+        if best is None or objective(sc) > objective(best[0]): best = (sc, dict(sxy=sxy, srgb=srgb, compat=compat))
     base = scores([probs[i].argmax(0).numpy() for i in idx], [gts[i] for i in idx])
     log(f'  crf best {best[1]} (BF {best[0][0]:.4f}, mIoU {best[0][1]:.4f}) vs base on the same {len(idx)} images: '
         f'BF {base[0]:.4f}, mIoU {base[1]:.4f}')

@@ -19,6 +19,7 @@ def main():
     ap.add_argument('--data', type=Path, default=REPO.parent/'shared/data/camvid/CamVid')
     ap.add_argument('--radius', type=int, default=4); ap.add_argument('--every', type=int, default=4)
     ap.add_argument('--top-n', type=int, default=2, help='candidates: the base top-N')
+    ap.add_argument('--split', default='val', help='val, or test / train for diagnosis only (settings are never chosen on test)')
     a = ap.parse_args()
     import torch, numpy as np, torch.nn.functional as F
     sys.path.insert(0, str(REPO/'bench')); import camvid
@@ -29,7 +30,7 @@ def main():
     net = camvid.load_embedder(a.cache/a.embedder)
     pr = Prototypes.load(a.cache/('protos_' + Path(a.embedder).stem + '.pt'))
     base = camvid.load_base(a.cache/a.base)
-    fs = camvid.files(a.data, 'val')[::a.every]
+    fs = camvid.files(a.data, a.split)[::a.every]
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in (0.3, 1, 3)]
     right, total = dict.fromkeys(rules, 0), 0
@@ -52,8 +53,8 @@ def main():
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=11).float(); per[k][:, 1] += torch.bincount(g, minlength=11).float()
             total += int(ok.sum())
-    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}' + (f' --top-n {a.top_n}' if a.top_n != 2 else ''))
-    print(f'{len(fs)} val images; band radius {a.radius} around the base arg-max; {total} band pixels whose truth is in the base top-{a.top_n}')
+    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}' + (f' --top-n {a.top_n}' if a.top_n != 2 else '') + (f' --split {a.split}' if a.split != 'val' else ''))
+    print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max; {total} band pixels whose truth is in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / total:.3f}')
     for k, t in per.items():
         r = t[:, 0] / t[:, 1].clamp_min(1)

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--radius', type=int, default=4); ap.add_argument('--every', type=int, default=2)
+    ap.add_argument('--split', default='val', help='val; test only to diagnose (settings are never chosen on test)')
     ap.add_argument('--cache', type=Path, default=REPO/'bench/out/camvid_cache')
     ap.add_argument('--data', type=Path, default=REPO.parent/'shared/data/camvid/CamVid')
     a = ap.parse_args()
@@ -23,7 +24,7 @@ def main():
     n, V = camvid.N_CLASSES, camvid.VOID
     cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
     rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
-    fs = camvid.files(a.data, 'val')[::a.every]
+    fs = camvid.files(a.data, a.split)[::a.every]
     with torch.inference_mode():
         for f in fs:
             img, gt = camvid.read_pair(a.data, f)
@@ -37,8 +38,8 @@ def main():
                 m = wrong & (gt == c)
                 rank[c] += np.bincount(rk[m], minlength=n); inband[c] += [int((m & band).sum()), int(m.sum())]
     iou = lambda c: np.diag(c) / np.maximum(c.sum(0) + c.sum(1) - np.diag(c), 1)
-    print(f'$ .venv/bin/python bench/camvid_errors.py --radius {a.radius}')
-    print(f'{len(fs)} val images; brefine settings {ref.settings}')
+    print(f'$ .venv/bin/python bench/camvid_errors.py --radius {a.radius} --split {a.split} --every {a.every}')
+    print(f'{len(fs)} {a.split} images; brefine settings {ref.settings}')
     print(f"{'class':11s} {'IoU base':>8s} {'brefine':>8s} {'wrong px':>9s} {'in band':>8s}   truth ranks 2nd 3rd 4th 5th+ in the base's scores")
     for c in range(n):
         w = max(rank[c].sum(), 1)

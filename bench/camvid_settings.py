@@ -18,6 +18,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('settings', nargs='+', type=parse_setting, help='radius,top_n,tau,alpha,vote')
     ap.add_argument('--refiner', default=None, help='bundle folder name in the cache (default: the newest)')
+    ap.add_argument('--split', default='val', help='val; test only to diagnose (settings are never chosen on test)')
     ap.add_argument('--cache', type=Path, default=REPO/'bench/out/camvid_cache')
     ap.add_argument('--data', type=Path, default=REPO.parent/'shared/data/camvid/CamVid')
     ap.add_argument('--every', type=int, default=2); ap.add_argument('--threads', type=int, default=2)
@@ -29,7 +30,7 @@ def main():
     torch.set_num_threads(a.threads)
     base, ref = camvid.load_cached(a.cache)
     if a.refiner: ref = Refiner.load(a.cache/a.refiner)
-    fs = camvid.files(a.data, 'val')[::a.every]
+    fs = camvid.files(a.data, a.split)[::a.every]
     cache, gts = [], []
     with torch.inference_mode():
         for f in fs:
@@ -38,9 +39,9 @@ def main():
             cache.append((ref.embedder(x), camvid.base_probs_of(base, img)[None]))
     score = lambda preds: (100 * mean_iou(preds, gts, camvid.N_CLASSES, ignore_index=camvid.VOID),
                            100 * boundary_f1(preds, gts, camvid.N_CLASSES, tolerance=3, ignore_index=camvid.VOID))
-    print(f'$ .venv/bin/python bench/camvid_settings.py --refiner {a.refiner or "(newest)"} ' +
+    print(f'$ .venv/bin/python bench/camvid_settings.py --split {a.split} --every {a.every} --refiner {a.refiner or "(newest)"} ' +
           ' '.join(f"{s['radius']},{s['top_n']},{s['tau']},{s['alpha']},{s['vote']}" for s in a.settings))
-    print(f'{len(fs)} val images (every {a.every}th); embedder {ref.embedder.config}')
+    print(f'{len(fs)} {a.split} images (every {a.every}th); embedder {ref.embedder.config}')
     print(f"{'setting':55s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
     m, b = score([p[0].argmax(0).numpy() for _, p in cache])
     print(f"{'base':55s} {m:6.2f} {b:6.2f}")

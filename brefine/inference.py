@@ -231,11 +231,15 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #9087d564
+# %% ../nbs/05_inference.ipynb #58bfc0c3
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
     return [o] if n is None else [o] * n
+
+_OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),       # (boundary F, mIoU) -> sort key, larger is better
+               'boundary_f1': lambda bf, miou: (bf, miou),
+               'miou': lambda bf, miou: (miou, bf)}
 
 def calibrate(embedder,                       # the embedder (or Learner)
               prototypes: Prototypes,         # its prototypes
@@ -249,9 +253,12 @@ def calibrate(embedder,                       # the embedder (or Learner)
               votes=(0, 9),                   # majority-vote windows to try (0: none)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
+              objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               progress: bool = True):
-    "Choose radius, top_n, tau, alpha and vote on validation data to maximise boundary F; never worse than the base."
+    "Choose radius, top_n, tau, alpha and vote on validation data to maximise `objective`; never worse than the base."
     from brefine.metrics import boundary_f1, mean_iou
+    rank = _OBJECTIVES.get(objective)
+    if rank is None: raise ValueError(f"objective must be one of {sorted(_OBJECTIVES)}, got {objective!r}.")
     model = _model_of(embedder); dev = _device_of(model)
     if isinstance(model, nn.Module): model.eval()
     imgs = _as_list(images); gts_ = [to_numpy(g) for g in _as_list(gts)]
@@ -269,6 +276,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
     def score(preds):
         return (boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
                 mean_iou(preds, gts_, n, ignore_index=ignore_index))
+    def better(a, b): return rank(*a) > rank(*b)
     with torch.inference_mode():
         base_preds = [to_numpy(p.argmax(1)[0]) for _, p in cache]
         best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0., vote=0)
@@ -280,7 +288,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
             sc = score(preds)
             setting = dict(radius=r, top_n=k, tau=t, alpha=a, vote=v)
             rows.append(dict(setting, boundary_f1=sc[0], miou=sc[1]))
-            if sc > best_score: best, best_score = setting, sc
+            if better(sc, best_score): best, best_score = setting, sc
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
