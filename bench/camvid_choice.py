@@ -53,7 +53,7 @@ def main():
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=11).float(); per[k][:, 1] += torch.bincount(g, minlength=11).float()
             total += int(ok.sum())
-    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}' + (f' --top-n {a.top_n}' if a.top_n != 2 else '') + (f' --split {a.split}' if a.split != 'val' else ''))
+    print(f'$ .venv/bin/python bench/camvid_choice.py --embedder {a.embedder}' + (f' --top-n {a.top_n}' if a.top_n != 2 else '') + (f' --split {a.split}' if a.split != 'val' else '') + (f' --every {a.every}' if a.every != 4 else ''))
     print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max; {total} band pixels whose truth is in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / total:.3f}')
     for k, t in per.items():
