@@ -41,7 +41,8 @@ Run time with the defaults (train 367, val 101, test 233 images), measured on th
   calibrate (full grid, 289 settings)                                                                          ~ 5.5 min
   DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
   test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
-  total ~ 70-80 min on free cores, under 90. Reruns with the same --cache skip training (~10 min).
+  total ~ 70-80 min on free cores, under 90 (a run from scratch: 4539 s, `bench/results/camvid_fresh_run.log`).
+  Reruns with the same --cache skip training (~10 min).
 """
 from __future__ import annotations
 import argparse, os, sys, time, shutil, itertools
