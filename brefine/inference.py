@@ -231,7 +231,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #58bfc0c3
+# %% ../nbs/05_inference.ipynb #f2dc2521
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
@@ -276,7 +276,6 @@ def calibrate(embedder,                       # the embedder (or Learner)
     def score(preds):
         return (boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
                 mean_iou(preds, gts_, n, ignore_index=ignore_index))
-    def better(a, b): return rank(*a) > rank(*b)
     with torch.inference_mode():
         base_preds = [to_numpy(p.argmax(1)[0]) for _, p in cache]
         best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0., vote=0)
@@ -288,15 +287,16 @@ def calibrate(embedder,                       # the embedder (or Learner)
             sc = score(preds)
             setting = dict(radius=r, top_n=k, tau=t, alpha=a, vote=v)
             rows.append(dict(setting, boundary_f1=sc[0], miou=sc[1]))
-            if better(sc, best_score): best, best_score = setting, sc
+            if rank(*sc) > rank(*best_score): best, best_score = setting, sc
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
-# %% ../nbs/05_inference.ipynb #a9f7d922
+# %% ../nbs/05_inference.ipynb #d6d4dbb1
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
 
 class Refiner:
     "Embedder + prototypes + settings: `Refiner(...)(img, probs_or_model)` refines a prediction."
+    setting_names = ('top_n', 'radius', 'tau', 'alpha', 'vote')     # `refine_predict`'s keyword names
     def __init__(self, embedder, prototypes: Prototypes, top_n: int|None = None, radius: int|None = None, tau: float|None = None,
                  alpha: float = 0., vote: int = 0):
         self.embedder, self.prototypes = _model_of(embedder), prototypes
@@ -305,15 +305,15 @@ class Refiner:
 
     def __call__(self, img, probs):
         "Refine `probs` (scores or the base model) for `img` with this bundle's settings."
-        return refine_predict(img, probs, self.embedder, self.prototypes, self.top_n, self.radius, self.tau, self.alpha, self.vote)
+        return refine_predict(img, probs, self.embedder, self.prototypes, **self.settings)
 
     @property
-    def settings(self): return dict(top_n=self.top_n, radius=self.radius, tau=self.tau, alpha=self.alpha, vote=self.vote)
+    def settings(self): return {k: getattr(self, k) for k in self.setting_names}
 
     def calibrate(self, images, probs, gts, **kwargs):
         "Pick `top_n`, `radius`, `tau`, `alpha` and `vote` on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
-        for k in self.settings: setattr(self, k, res[k])
+        for k in self.setting_names: setattr(self, k, res[k])
         return res
 
     def to(self, device):
@@ -321,7 +321,7 @@ class Refiner:
 
     def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
-# %% ../nbs/05_inference.ipynb #1105494d
+# %% ../nbs/05_inference.ipynb #0f841a46
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
     "Write the bundle into the folder `path` (embedder.pt, prototypes.pt, refiner.json), replacing it atomically."
@@ -366,5 +366,4 @@ def load(cls: Refiner, path, device=None) -> Refiner:
     except RuntimeError as e: raise ValueError(f"{path/'embedder.pt'} does not match its own config ({str(e).splitlines()[0]}). Save it again.") from None
     protos = Prototypes.load(path/'prototypes.pt')
     if device is not None: net.to(device)
-    known = cls(net, protos).settings                  # older bundles lack newer settings: those keep their defaults
-    return cls(net.eval(), protos, **{k: v for k, v in settings.items() if k in known})
+    return cls(net.eval(), protos, **{k: v for k, v in settings.items() if k in cls.setting_names})  # older bundles: newer settings keep their defaults
