@@ -14,7 +14,7 @@ What it does, in order (each stage prints its wall time; models are cached so re
    --decoder-dim 128` gives the full embedder) -- trained on `train` (`fit_one_cycle`); prototypes from `train` without
    augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
-4. brefine settings (radius, top_n, tau, alpha, vote) chosen on `val` with `calibrate` (the mean of boundary F @ 3 px and mIoU,
+4. brefine settings (radius, top_n, tau, alpha, vote, min_prob) chosen on `val` with `calibrate` (the mean of boundary F @ 3 px and mIoU,
    never worse than base).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
@@ -103,6 +103,8 @@ def parse_args(argv=None):
     p.add_argument('--n-triplets', type=int, default=16384, help='triplets sampled per training batch')
     p.add_argument('--emb-init', choices=('imagenet', 'base'), default='base',
                    help="embedder backbone start: ImageNet weights, or the trained base model's backbone (same MobileNetV2)")
+    p.add_argument('--emb-lighting', type=float, default=0., help="embedder training only: fastai Brightness and Contrast with this "
+                   "max_lighting (0: the specification's augmentations alone)")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
               'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
@@ -217,9 +219,12 @@ def _miou_metric():
         def name(self): return 'miou'
     return ValMIoU()
 
-def make_dls(args, root):
+def make_dls(args, root, lighting: float = 0.):
+    "Training batches; with `lighting`, random brightness and contrast changes (fastai's, each with p=0.75) besides the spec's augmentations."
     from brefine.data import dls_from_folders
-    return dls_from_folders(root, CODES + ['Void'], ignore_index=VOID, bs=args.bs, num_workers=0)
+    from fastai.vision.augment import Brightness, Contrast
+    extra = [Brightness(max_lighting=lighting), Contrast(max_lighting=lighting)] if lighting else None
+    return dls_from_folders(root, CODES + ['Void'], ignore_index=VOID, bs=args.bs, num_workers=0, batch_tfms=extra)
 
 def _fit(learn, epochs, lr):
     log('  epoch columns:', ['epoch', 'train_loss', 'valid_loss'] + [m.name for m in learn.metrics] + ['time'])
@@ -285,6 +290,7 @@ def get_embedder(args, dls_fn, base=None):
     arch = f'd{args.emb_dim}' + ('' if (args.aspp_dim, args.decoder_dim) == (128, 128) else f'_a{args.aspp_dim}_dec{args.decoder_dim}')
     init = '' if args.emb_init == 'imagenet' else f'_init{args.emb_init}{args.base_epochs}'
     init += '' if args.n_triplets == 4096 else f'_tri{args.n_triplets}'
+    init += f'_light{args.emb_lighting:g}' if args.emb_lighting else ''
     f = args.cache/f'emb_mnv2_{arch}{init}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
     from fastai.torch_core import set_seed
@@ -405,7 +411,8 @@ def main(argv=None):
     n_tr = len(files(args.data, 'train', args.limit_train))
 
     with stage('base model (train or load)'): base = get_base(args, dls_fn)
-    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, dls_fn, base)
+    emb_dls_fn = (lambda: make_dls(args, root, args.emb_lighting)) if args.emb_lighting else dls_fn
+    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
@@ -415,7 +422,7 @@ def main(argv=None):
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
         cal = calibrate(embedder, protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
-        settings = dict(radius=cal['radius'], top_n=cal['top_n'], tau=cal['tau'], alpha=cal['alpha'], vote=cal['vote'])
+        settings = {k: cal[k] for k in Refiner.setting_names}
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
         Refiner(embedder, protos, **settings).save(args.cache/f'refiner_{emb_file.stem}')

@@ -97,7 +97,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
-# %% ../nbs/05_inference.ipynb #07d99674
+# %% ../nbs/05_inference.ipynb #c04105aa
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
         raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
@@ -158,6 +158,7 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             tau: float|None = None,    # confidence gate: only re-decide band pixels with base top-1 probability < tau
             alpha: float = 0.,         # weight of the base model's log-probability in the choice (0: nearest prototype only)
             vote: int = 0,             # side (odd) of the window of a majority vote among the re-decided pixels' candidates (0: none)
+            min_prob: float = 0.,      # a candidate other than the base answer needs at least this base probability (0: any of the top-N)
             chunk: int = 1 << 16,      # band pixels per step (bounds memory)
            ) -> torch.Tensor:
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
@@ -166,6 +167,7 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
     top_n = min(5, M) if top_n is None else top_n
     if not 1 <= top_n <= M: raise ValueError(f"top_n must be between 1 and the number of classes ({M}), got {top_n}.")
     if not alpha >= 0: raise ValueError(f"alpha weighs the base log-probability and must be >= 0, got {alpha}.")
+    if not 0 <= min_prob < 1: raise ValueError(f"min_prob is a probability in [0, 1) (0: every top-N class is a candidate), got {min_prob}.")
     if isinstance(vote, bool) or not isinstance(vote, int) or vote < 0 or (vote and vote % 2 == 0):
         raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {vote!r}.")
     base = probs.max(1).indices                               # the base answer (torch's max(dim) is much faster than argmax)
@@ -183,24 +185,26 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
         b_, y_, x_ = bi[s:s+chunk], y[s:s+chunk], x[s:s+chunk]
         p = _band_probs(flat.index_select(1, lin[s:s+chunk]))                 # (M, K): classes on the short axis, fast
         top_p, cand = _top_n(p, top_n)                        # P3: (K, N) candidates
-        if tau is not None:                                   # the gate: confident pixels keep the base answer
-            k = top_p[:, 0] < tau
-            b_, y_, x_, top_p, cand = b_[k], y_[k], x_[k], top_p[k], cand[k]
+        k = None if tau is None else top_p[:, 0] < tau        # the gate: confident pixels keep the base answer
+        if min_prob:                                          # and so do pixels with no other candidate of min_prob
+            k = top_p[:, 1] >= min_prob if k is None else k & (top_p[:, 1] >= min_prob)
+        if k is not None: b_, y_, x_, top_p, cand = b_[k], y_[k], x_[k], top_p[k], cand[k]
         if project: d = sample_features(maps, b_, y_, x_, (H, W))              # P5: (K, M)
         else:
             f = sample_features(emb, b_, y_, x_, (H, W))
             d = sq - 2 * f @ vecs.T
-        if missing.any(): d = d.masked_fill(missing, float('inf'))
         d = d.gather(1, cand)                                                   # (K, N)
         if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
+        out_of_reach = missing[cand] | (top_p < min_prob)    # no prototype, or too unlikely (never the base answer, which passed above)
+        d = d.masked_fill(out_of_reach, float('inf'))         # all out of reach: argmin 0, the base answer
         out[b_, y_, x_] = cand.gather(1, d.argmin(1, keepdim=True))[:, 0]
-        if vote: decided.append((b_, y_, x_, cand, ~missing[cand] | (cand == cand[:, :1])))   # the base answer is always allowed
+        if vote: decided.append((b_, y_, x_, cand, ~out_of_reach | (cand == cand[:, :1])))   # the base answer is always allowed
     if vote and decided:
         b_, y_, x_, cand, allowed = (torch.cat(t) for t in zip(*decided))
         if len(b_): out[b_, y_, x_] = _vote(out, b_, y_, x_, cand, allowed, vote)
     return out
 
-# %% ../nbs/05_inference.ipynb #6ec8956a
+# %% ../nbs/05_inference.ipynb #3742569e
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
                    probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
@@ -210,6 +214,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
                    tau: float|None = None,    # optional confidence gate (None: re-decide every band pixel)
                    alpha: float = 0.,         # optional weight of the base log-probability in the choice (0: the specification)
                    vote: int = 0,             # optional majority-vote window (odd side) over the re-decided pixels (0: none)
+                   min_prob: float = 0.,      # optional: least base probability of a candidate besides the base answer (0: any of the top-N)
                   ):
     "Refine a segmentation near its boundaries (spec step 6): returns int64 labels (H,W) or (B,H,W)."
     as_numpy = isinstance(probs, np.ndarray)
@@ -225,13 +230,13 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
         with torch.inference_mode():
             emb = model(x)
             if isinstance(emb, dict): emb = emb['out']
-            out = relabel(emb, p, prototypes, top_n, prototypes.radius if radius is None else radius, tau, alpha, vote)
+            out = relabel(emb, p, prototypes, top_n, prototypes.radius if radius is None else radius, tau, alpha, vote, min_prob)
     finally:
         if was_training: model.train()
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #f2dc2521
+# %% ../nbs/05_inference.ipynb #97a128fe
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
@@ -251,11 +256,12 @@ def calibrate(embedder,                       # the embedder (or Learner)
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
               votes=(0, 9),                   # majority-vote windows to try (0: none)
+              min_probs=(0.,),                # least base probabilities of a candidate to try (0: any of the top-N)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               progress: bool = True):
-    "Choose radius, top_n, tau, alpha and vote on validation data to maximise `objective`; never worse than the base."
+    "Choose radius, top_n, tau, alpha, vote and min_prob on validation data to maximise `objective`; never worse than the base."
     from brefine.metrics import boundary_f1, mean_iou
     rank = _OBJECTIVES.get(objective)
     if rank is None: raise ValueError(f"objective must be one of {sorted(_OBJECTIVES)}, got {objective!r}.")
@@ -278,30 +284,30 @@ def calibrate(embedder,                       # the embedder (or Learner)
                 mean_iou(preds, gts_, n, ignore_index=ignore_index))
     with torch.inference_mode():
         base_preds = [to_numpy(p.argmax(1)[0]) for _, p in cache]
-        best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0., vote=0)
+        best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0., vote=0, min_prob=0.)
         best_score = score(base_preds)
         rows = [dict(best, boundary_f1=best_score[0], miou=best_score[1])]
-        for r, k, t, a, v in itertools.product(radii, top_ns, taus, alphas, votes):
+        for r, k, t, a, v, m in itertools.product(radii, top_ns, taus, alphas, votes, min_probs):
             if k > n: continue
-            preds = [to_numpy(relabel(e, p, prototypes, k, r, t, a, v)[0]) for e, p in cache]
+            preds = [to_numpy(relabel(e, p, prototypes, k, r, t, a, v, m)[0]) for e, p in cache]
             sc = score(preds)
-            setting = dict(radius=r, top_n=k, tau=t, alpha=a, vote=v)
+            setting = dict(radius=r, top_n=k, tau=t, alpha=a, vote=v, min_prob=m)
             rows.append(dict(setting, boundary_f1=sc[0], miou=sc[1]))
             if rank(*sc) > rank(*best_score): best, best_score = setting, sc
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
-# %% ../nbs/05_inference.ipynb #d6d4dbb1
+# %% ../nbs/05_inference.ipynb #6828893d
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
 
 class Refiner:
     "Embedder + prototypes + settings: `Refiner(...)(img, probs_or_model)` refines a prediction."
-    setting_names = ('top_n', 'radius', 'tau', 'alpha', 'vote')     # `refine_predict`'s keyword names
+    setting_names = ('top_n', 'radius', 'tau', 'alpha', 'vote', 'min_prob')     # `refine_predict`'s keyword names
     def __init__(self, embedder, prototypes: Prototypes, top_n: int|None = None, radius: int|None = None, tau: float|None = None,
-                 alpha: float = 0., vote: int = 0):
+                 alpha: float = 0., vote: int = 0, min_prob: float = 0.):
         self.embedder, self.prototypes = _model_of(embedder), prototypes
         self.top_n, self.radius, self.tau, self.alpha = top_n, (prototypes.radius if radius is None else radius), tau, alpha
-        self.vote = vote
+        self.vote, self.min_prob = vote, min_prob
 
     def __call__(self, img, probs):
         "Refine `probs` (scores or the base model) for `img` with this bundle's settings."
@@ -311,7 +317,7 @@ class Refiner:
     def settings(self): return {k: getattr(self, k) for k in self.setting_names}
 
     def calibrate(self, images, probs, gts, **kwargs):
-        "Pick `top_n`, `radius`, `tau`, `alpha` and `vote` on validation data with `calibrate`, keep them, and return its report."
+        "Pick `top_n`, `radius`, `tau`, `alpha`, `vote` and `min_prob` on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
         for k in self.setting_names: setattr(self, k, res[k])
         return res
