@@ -41,7 +41,7 @@ def test_two_process_prototypes_equal_one_process(tmp_path, empty_rank):
     torch.testing.assert_close(two['vectors'], one.vectors, rtol=1e-5, atol=1e-6)
 
 # --- the command line under torchrun (2 CPU processes, gloo) ---------------------------------------------------------
-import subprocess, sys
+import subprocess, sys, warnings
 from pathlib import Path
 from brefine.cli import load_checkpoint
 from brefine.data import make_synthetic_folder, SYNTH_CODES
@@ -50,10 +50,18 @@ from brefine.prototypes import Prototypes
 BREFINE = Path(sys.executable).parent/'brefine'
 ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg')
 
-def torchrun(*args, nproc=2):
+def torchrun(*args, nproc=2, retries=1):
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc), '--master_port', str(_free_port()),
            '--no-python', str(BREFINE)] + [str(a) for a in args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    if r.returncode != 0 and 'Signal 6 (SIGABRT)' in r.stderr and retries:
+        # A worker dies of a bare SIGABRT, with no Python error, about once in 10 runs of the 2-core CI machine (sessions 3 and 5);
+        # once more on a fresh port, said out loud. A real failure fails again.
+        warnings.warn(f"torchrun worker aborted (SIGABRT) without an error message; running once more: {' '.join(map(str, args))}")
+        if '--out' in args:                                   # the output and any temporary file of it, so the rerun starts clean
+            out = Path(args[args.index('--out') + 1])
+            for f in out.parent.glob(f'*{out.name}*'): f.unlink()
+        return torchrun(*args, nproc=nproc, retries=retries - 1)
     why = [l for l in r.stderr.splitlines() if any(w in l for w in ('Error', 'error', 'what()', 'abort', 'Abort', 'Signal'))]
     assert r.returncode == 0, (r.stdout[-2000:], why[:30], r.stderr[-3000:])
     return r
