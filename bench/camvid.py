@@ -312,12 +312,17 @@ def prototype_batches(args, bs=4):
         pairs = [read_pair(args.data, f) for f in fs[i:i+bs]]
         yield (torch.cat([_normalize(im) for im, _ in pairs]), torch.from_numpy(np.stack([g for _, g in pairs]).astype(np.int64)))
 
+def train_prototypes(args, embedder, radius: int = 3):
+    "Prototypes of `embedder` from the training images (`args.data`, `args.limit_train`) without augmentation."
+    from brefine.prototypes import extract_prototypes
+    return extract_prototypes(embedder, prototype_batches(args), N_CLASSES, radius=radius, ignore_index=VOID, names=CODES,
+                              mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
+
 def get_prototypes(args, embedder, emb_file):
-    from brefine.prototypes import Prototypes, extract_prototypes
+    from brefine.prototypes import Prototypes
     f = emb_file.with_name('protos_' + emb_file.stem + '.pt')
     if f.exists(): log(f'prototypes loaded from {f}'); return Prototypes.load(f)
-    p = extract_prototypes(embedder, prototype_batches(args), N_CLASSES, radius=3, ignore_index=VOID, names=CODES,
-                           mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
+    p = train_prototypes(args, embedder)
     p.save(f); log(f'prototypes saved to {f}: {p}')
     return p
 

@@ -34,11 +34,7 @@ def main():
     base, ref = camvid.load_cached(a.cache)
     if a.refiner: ref = Refiner.load(a.cache/a.refiner)
     if a.proto_radius is not None:
-        from brefine.prototypes import extract_prototypes
-        args = argparse.Namespace(data=a.data, limit_train=None)
-        ref.prototypes = extract_prototypes(ref.embedder, camvid.prototype_batches(args), camvid.N_CLASSES, radius=a.proto_radius,
-                                            ignore_index=camvid.VOID, names=camvid.CODES, mean=camvid.IMAGENET_MEAN,
-                                            std=camvid.IMAGENET_STD, progress=False)
+        ref.prototypes = camvid.train_prototypes(argparse.Namespace(data=a.data, limit_train=None), ref.embedder, a.proto_radius)
     fs = camvid.files(a.data, a.split)[::a.every]
     cache, gts = [], []
     with torch.inference_mode():

@@ -97,7 +97,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
-# %% ../nbs/05_inference.ipynb #c04105aa
+# %% ../nbs/05_inference.ipynb #53d26555
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
         raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
@@ -195,7 +195,8 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             d = sq - 2 * f @ vecs.T
         d = d.gather(1, cand)                                                   # (K, N)
         if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
-        out_of_reach = missing[cand] | (top_p < min_prob)    # no prototype, or too unlikely (never the base answer, which passed above)
+        out_of_reach = missing[cand]                          # no prototype,
+        if min_prob: out_of_reach |= top_p < min_prob         # or too unlikely (never the base answer, which passed above)
         d = d.masked_fill(out_of_reach, float('inf'))         # all out of reach: argmin 0, the base answer
         out[b_, y_, x_] = cand.gather(1, d.argmin(1, keepdim=True))[:, 0]
         if vote: decided.append((b_, y_, x_, cand, ~out_of_reach | (cand == cand[:, :1])))   # the base answer is always allowed
