@@ -105,11 +105,15 @@ def parse_args(argv=None):
                    help="embedder backbone start: ImageNet weights, or the trained base model's backbone (same MobileNetV2)")
     p.add_argument('--emb-lighting', type=float, default=0., help="embedder training only: fastai Brightness and Contrast with this "
                    "max_lighting (0: the specification's augmentations alone)")
+    p.add_argument('--emb-exclude', default='', help="comma-separated file-name prefixes (CamVid sequences, e.g. 0016E5: val's street) "
+                   "left out of the embedder's training images and its prototypes, so that calibrating on val sees the embedder "
+                   "on a street it has not seen, as test does (the base model still trains on all of train)")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
               'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
         v = getattr(args, k)
         if v is not None and v < 1: p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+    args.emb_exclude = tuple(x for x in args.emb_exclude.split(',') if x)
     if args.limit_train is not None and args.limit_train < args.bs:
         p.error(f'--limit-train {args.limit_train} is smaller than the batch size --bs {args.bs}: no full training batch')
     return args
@@ -129,25 +133,25 @@ def setup(args):
         if not (args.data/d).is_dir(): sys.exit(f'{args.data/d} not found: pass --data pointing at CamVid (SegNet layout).')
     args.cache.mkdir(parents=True, exist_ok=True); args.out.mkdir(parents=True, exist_ok=True)
 
-def files(data: Path, split: str, limit=None) -> list:
-    "Sorted image files of `split`; with `limit`, a fixed random subset (seed 0), still sorted."
+def files(data: Path, split: str, limit=None, exclude: tuple = ()) -> list:
+    "Sorted image files of `split`; with `limit`, a fixed random subset (seed 0), still sorted; none whose name starts with a prefix in `exclude`."
     import numpy as np
-    fs = sorted(p for p in (data/split).iterdir() if p.suffix.lower() == '.png')
+    fs = sorted(p for p in (data/split).iterdir() if p.suffix.lower() == '.png' and not p.name.startswith(tuple(exclude)))
     if limit is not None and limit < len(fs):
         idx = np.random.default_rng(0).permutation(len(fs))[:limit]
         fs = [fs[i] for i in sorted(idx)]
     return fs
 
-def subset_root(args) -> Path:
-    "`args.data`, or a folder of symlinks holding the limited train/val subsets (for `dls_from_folders`)."
-    if args.limit_train is None and args.limit_val is None: return args.data
-    root = args.cache/f'subset_t{args.limit_train}_v{args.limit_val}'
+def subset_root(args, exclude: tuple = ()) -> Path:
+    "`args.data`, or a folder of symlinks holding the limited train/val subsets (for `dls_from_folders`), without the training images `exclude` names."
+    if args.limit_train is None and args.limit_val is None and not exclude: return args.data
+    root = args.cache/(f'subset_t{args.limit_train}_v{args.limit_val}' + ''.join(f'_x{x}' for x in exclude))
     for split, lim in (('train', args.limit_train), ('val', args.limit_val)):
         for sub in (split, split + 'annot'):
             d = root/sub
             if d.exists(): shutil.rmtree(d)
             d.mkdir(parents=True)
-            for f in files(args.data, split, lim): os.symlink(args.data/sub/f.name, d/f.name)
+            for f in files(args.data, split, lim, exclude if split == 'train' else ()): os.symlink(args.data/sub/f.name, d/f.name)
     return root
 
 def read_pair(data: Path, f: Path):
@@ -291,6 +295,7 @@ def get_embedder(args, dls_fn, base=None):
     init = '' if args.emb_init == 'imagenet' else f'_init{args.emb_init}{args.base_epochs}'
     init += '' if args.n_triplets == 4096 else f'_tri{args.n_triplets}'
     init += f'_light{args.emb_lighting:g}' if args.emb_lighting else ''
+    init += ''.join(f'_x{x}' for x in args.emb_exclude)
     f = args.cache/f'emb_mnv2_{arch}{init}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
     from fastai.torch_core import set_seed
@@ -307,13 +312,13 @@ def get_embedder(args, dls_fn, base=None):
 def prototype_batches(args, bs=4):
     "Training images without augmentation, normalised like the embedder's training data, as (images, masks) batches."
     import torch, numpy as np
-    fs = files(args.data, 'train', args.limit_train)
+    fs = files(args.data, 'train', args.limit_train, getattr(args, 'emb_exclude', ()))
     for i in range(0, len(fs), bs):
         pairs = [read_pair(args.data, f) for f in fs[i:i+bs]]
         yield (torch.cat([_normalize(im) for im, _ in pairs]), torch.from_numpy(np.stack([g for _, g in pairs]).astype(np.int64)))
 
 def train_prototypes(args, embedder, radius: int = 3):
-    "Prototypes of `embedder` from the training images (`args.data`, `args.limit_train`) without augmentation."
+    "Prototypes of `embedder` from the training images (`args.data`, `args.limit_train`, less `args.emb_exclude`) without augmentation."
     from brefine.prototypes import extract_prototypes
     return extract_prototypes(embedder, prototype_batches(args), N_CLASSES, radius=radius, ignore_index=VOID, names=CODES,
                               mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
@@ -416,7 +421,8 @@ def main(argv=None):
     n_tr = len(files(args.data, 'train', args.limit_train))
 
     with stage('base model (train or load)'): base = get_base(args, dls_fn)
-    emb_dls_fn = (lambda: make_dls(args, root, args.emb_lighting)) if args.emb_lighting else dls_fn
+    emb_root = subset_root(args, args.emb_exclude) if args.emb_exclude else root
+    emb_dls_fn = (lambda: make_dls(args, emb_root, args.emb_lighting)) if args.emb_lighting or args.emb_exclude else dls_fn
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
@@ -477,7 +483,9 @@ def main(argv=None):
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {args.base_epochs} epochs (best val mIoU kept)',
              f'- DenseCRF (pydensecrf2): gaussian sxy=3 compat=3, bilateral {crf_cfg}, {args.crf_iters} iterations; '
              f'grid {args.crf_grid} on {crf_val["n_images"]} val images (val BF {crf_val["best"][0]:.4f} vs base {crf_val["base"][0]:.4f})',
-             f'- brefine: MobileNetV2 embedder ({args.emb_dim}-d, ASPP {args.aspp_dim}, decoder {args.decoder_dim}), {args.emb_epochs} epochs; calibrated {settings} on {len(vf)} val images '
+             f'- brefine: MobileNetV2 embedder ({args.emb_dim}-d, ASPP {args.aspp_dim}, decoder {args.decoder_dim}), {args.emb_epochs} epochs'
+             + (f' on the {len(files(args.data, "train", args.limit_train, args.emb_exclude))} training images not from {", ".join(args.emb_exclude)}'
+                if args.emb_exclude else '') + f'; calibrated {settings} on {len(vf)} val images '
              f'(val BF {cal["boundary_f1"]:.4f} vs base {cal["base_boundary_f1"]:.4f}; grid {args.cal_grid})', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image |',
              '|---|---:|---:|---:|---:|---:|']
