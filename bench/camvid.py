@@ -142,10 +142,14 @@ def files(data: Path, split: str, limit=None, exclude: tuple = ()) -> list:
         fs = [fs[i] for i in sorted(idx)]
     return fs
 
+def exclude_tag(exclude: tuple) -> str:
+    "The cache-name suffix of training images left out by prefix (`--emb-exclude`)."
+    return ''.join(f'_x{x}' for x in exclude)
+
 def subset_root(args, exclude: tuple = ()) -> Path:
     "`args.data`, or a folder of symlinks holding the limited train/val subsets (for `dls_from_folders`), without the training images `exclude` names."
     if args.limit_train is None and args.limit_val is None and not exclude: return args.data
-    root = args.cache/(f'subset_t{args.limit_train}_v{args.limit_val}' + ''.join(f'_x{x}' for x in exclude))
+    root = args.cache/(f'subset_t{args.limit_train}_v{args.limit_val}' + exclude_tag(exclude))
     for split, lim in (('train', args.limit_train), ('val', args.limit_val)):
         for sub in (split, split + 'annot'):
             d = root/sub
@@ -295,7 +299,7 @@ def get_embedder(args, dls_fn, base=None):
     init = '' if args.emb_init == 'imagenet' else f'_init{args.emb_init}{args.base_epochs}'
     init += '' if args.n_triplets == 4096 else f'_tri{args.n_triplets}'
     init += f'_light{args.emb_lighting:g}' if args.emb_lighting else ''
-    init += ''.join(f'_x{x}' for x in args.emb_exclude)
+    init += exclude_tag(args.emb_exclude)
     f = args.cache/f'emb_mnv2_{arch}{init}_e{args.emb_epochs}_t{args.limit_train}_v{args.limit_val}.pt'
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
     from fastai.torch_core import set_seed
@@ -312,7 +316,7 @@ def get_embedder(args, dls_fn, base=None):
 def prototype_batches(args, bs=4):
     "Training images without augmentation, normalised like the embedder's training data, as (images, masks) batches."
     import torch, numpy as np
-    fs = files(args.data, 'train', args.limit_train, getattr(args, 'emb_exclude', ()))
+    fs = files(args.data, 'train', args.limit_train, args.emb_exclude)
     for i in range(0, len(fs), bs):
         pairs = [read_pair(args.data, f) for f in fs[i:i+bs]]
         yield (torch.cat([_normalize(im) for im, _ in pairs]), torch.from_numpy(np.stack([g for _, g in pairs]).astype(np.int64)))

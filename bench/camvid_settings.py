@@ -34,7 +34,7 @@ def main():
     base, ref = camvid.load_cached(a.cache)
     if a.refiner: ref = Refiner.load(a.cache/a.refiner)
     if a.proto_radius is not None:
-        ref.prototypes = camvid.train_prototypes(argparse.Namespace(data=a.data, limit_train=None), ref.embedder, a.proto_radius)
+        ref.prototypes = camvid.train_prototypes(argparse.Namespace(data=a.data, limit_train=None, emb_exclude=()), ref.embedder, a.proto_radius)
     fs = camvid.files(a.data, a.split)[::a.every]
     cache, gts = [], []
     with torch.inference_mode():
