@@ -9,9 +9,16 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
 
-.PHONY: install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
+.PHONY: disk-check install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
 
-$(BIN)/python:
+# the venv takes ~6.5 GB (torch's CUDA build) and the tests ~1 GB of temporary files at their peak: say so up front
+# when the disk is short, so a later 'No space left on device' is not a mystery
+DISK_NEEDED_GB := 8
+disk-check:
+	@free=$$(df -Pk . | awk 'NR==2 {print int($$4/1048576)}'); \
+	if [ "$$free" -lt $(DISK_NEEDED_GB) ]; then echo "WARNING: $$free GB free here; make test needs about $(DISK_NEEDED_GB) GB (venv + temporary files). Free disk space if it fails with 'No space left on device'." >&2; fi
+
+$(BIN)/python: | disk-check
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
@@ -33,7 +40,7 @@ nbtest: install
 
 ## (c) pytest for what notebooks do poorly
 pytest: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -o tmp_path_retention_policy=failed tests   # passed tests' temporary files go as they pass
 
 test: check-sync nbtest pytest
 

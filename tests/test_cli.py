@@ -20,7 +20,7 @@ def trained(tmp_path_factory):
     data = make_synthetic_folder(d/'data', n_train=8, n_valid=4, seed=1, size=(64, 80))
     (data/'codes.txt').write_text('\n'.join(SYNTH_CODES))
     ck = d/'emb.pt'
-    run('train', data, '--out', ck, '--backbone', 'resnet18', '--emb_dim', 16, '--epochs', 1, '--bs', 4)
+    run('train', data, '--out', ck, '--backbone', 'mobilenet_v2', '--emb_dim', 16, '--epochs', 1, '--bs', 4)
     return d, data, ck
 
 def test_help_and_unknown():

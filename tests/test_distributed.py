@@ -76,7 +76,7 @@ def data(tmp_path_factory):
 def test_torchrun_training_writes_one_checkpoint(data, tmp_path):
     pytest.importorskip('accelerate')
     out = tmp_path/'run'; out.mkdir()
-    r = torchrun('train', data, '--out', out/'emb.pt', '--backbone', 'resnet18', '--emb_dim', 8, '--epochs', 2, '--bs', 2)
+    r = torchrun('train', data, '--out', out/'emb.pt', '--backbone', 'mobilenet_v2', '--emb_dim', 8, '--epochs', 2, '--bs', 2)
     assert 'data-parallel training in 2 processes (MULTI_CPU)' in r.stdout
     assert sorted(p.name for p in out.iterdir()) == ['emb.pt']          # one checkpoint, no per-rank or temp files
     ck = load_checkpoint(out/'emb.pt')
@@ -86,7 +86,7 @@ def test_torchrun_training_writes_one_checkpoint(data, tmp_path):
 @pytest.mark.skipif(not dist.is_available() or not BREFINE.exists(), reason='needs torch.distributed and the brefine script')
 def test_torchrun_prototypes_equal_one_process(data, tmp_path):
     from brefine.cli import prototypes, train
-    ck = train(data, out=tmp_path/'emb.pt', backbone='resnet18', emb_dim=8, epochs=1, bs=4)
+    ck = train(data, out=tmp_path/'emb.pt', backbone='mobilenet_v2', emb_dim=8, epochs=1, bs=4)
     torchrun('prototypes', ck, data, '--out', tmp_path/'p2.pt', '--bs', 2)
     prototypes(ck, data, out=tmp_path/'p1.pt', bs=2)
     one, two = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p2.pt')
@@ -99,7 +99,7 @@ def test_torchrun_prototypes_more_processes_than_files(tmp_path):
     from brefine.cli import prototypes, train
     d = make_synthetic_folder(tmp_path/'data', n_train=2, n_valid=2, seed=2, size=(48, 64))
     (d/'codes.txt').write_text('\n'.join(SYNTH_CODES))
-    ck = train(d, out=tmp_path/'emb.pt', backbone='resnet18', emb_dim=8, epochs=1, bs=2)
+    ck = train(d, out=tmp_path/'emb.pt', backbone='mobilenet_v2', emb_dim=8, epochs=1, bs=2)
     torchrun('prototypes', ck, d, '--out', tmp_path/'p3.pt', '--bs', 1, nproc=3)
     prototypes(ck, d, out=tmp_path/'p1.pt', bs=1)
     one, three = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p3.pt')

@@ -9,7 +9,7 @@ from brefine.data import make_synthetic_folder, SYNTH_CODES
 BREFINE = [sys.executable, '-c', 'import sys; from brefine.cli import main; sys.exit(main())']
 ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg')
 EPOCHS = 3
-ARGS = ['--backbone', 'resnet18', '--emb_dim', 8, '--epochs', EPOCHS, '--bs', 2, '--lr', 3e-3, '--seed', 7]
+ARGS = ['--backbone', 'mobilenet_v2', '--emb_dim', 8, '--epochs', EPOCHS, '--bs', 2, '--lr', 3e-3, '--seed', 7]
 
 def train(data, out, *extra, ok=True):
     r = subprocess.run(BREFINE + ['train', str(data), '--out', str(out)] + [str(a) for a in ARGS + list(extra)],
