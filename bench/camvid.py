@@ -15,7 +15,9 @@ What it does, in order (each stage prints its wall time; models are cached so re
    augmentation (`extract_prototypes`, radius 3).
 3. base probabilities (softmax of the upsampled logits) of `val`.
 4. brefine settings (radius, top_n, tau, alpha, vote, min_prob) chosen on `val` with `calibrate` (the mean of boundary F @ 3 px and mIoU,
-   never worse than base).
+   never worse than base). With `--cal-exclude 0016E5` (val's street) calibration uses a stand-in embedder trained, and its
+   prototypes taken, without those training images; the embedder trained on all of train is then deployed with the settings
+   the stand-in chose, so that val judges the settings on an embedder that has not seen its street, as test does.
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
    criterion as brefine (the mean of boundary F @ 3 px and mIoU). Nothing is tuned on test.
@@ -38,7 +40,8 @@ Run time with the defaults (train 367, val 101, test 233 images), measured on th
   base training, 8 epochs            ~2.2 min per epoch on free cores (up to 10 min when the cores are shared)   ~ 20-35 min
   light embedder, 32 epochs          ~1.2 min per epoch on free cores (16384 triplets per batch)          ~ 40-47 min
   prototypes                                                                                                   ~ 0.3 min
-  calibrate (full grid, 289 settings)                                                                          ~ 5.5 min
+  calibrate (full grid, 433 settings)                                                                          ~ 8.5 min
+  --cal-exclude 0016E5: the stand-in embedder, 32 epochs on 163 images                                         ~ 20 min
   DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
   test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
   total ~ 70-80 min on free cores, under 90 (a run from scratch: 4539 s, `bench/results/camvid_fresh_run.log`).
@@ -58,7 +61,7 @@ WEIGHTS_FILE = 'mobilenet_v2-b0353104.pth'
 CRF_GRIDS = {'small': dict(sxy=(50, 80), srgb=(13,), compat=(4, 10)),
              'full': dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))}
 CAL_GRIDS = {'small': dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 1.), votes=(0, 5)),
-             'full': dict(radii=(4, 6, 8, 10, 14, 18), top_ns=(2, 3), taus=(None, 0.9, 0.7), alphas=(0., 0.3), votes=(0, 5, 9, 11))}
+             'full': dict(radii=(4, 6, 8, 10, 14, 18), top_ns=(2, 3), taus=(None, 0.9, 0.7), alphas=(0., 0.1, 0.3), votes=(0, 5, 9, 11))}
 
 T0 = time.perf_counter()
 def log(*a):
@@ -108,12 +111,17 @@ def parse_args(argv=None):
     p.add_argument('--emb-exclude', default='', help="comma-separated file-name prefixes (CamVid sequences, e.g. 0016E5: val's street) "
                    "left out of the embedder's training images and its prototypes, so that calibrating on val sees the embedder "
                    "on a street it has not seen, as test does (the base model still trains on all of train)")
+    p.add_argument('--cal-exclude', default='', help="comma-separated file-name prefixes (e.g. 0016E5): calibrate on val with a stand-in "
+                   "embedder trained (and its prototypes taken) without those sequences, then deploy the embedder trained on all of "
+                   "train with the settings it chose. Val then sees, as test does, an embedder that has not seen its street")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
               'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
         v = getattr(args, k)
         if v is not None and v < 1: p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     args.emb_exclude = tuple(x for x in args.emb_exclude.split(',') if x)
+    args.cal_exclude = tuple(x for x in args.cal_exclude.split(',') if x)
+    if args.emb_exclude and args.cal_exclude: p.error('--emb-exclude and --cal-exclude do not combine: pick one')
     if args.limit_train is not None and args.limit_train < args.bs:
         p.error(f'--limit-train {args.limit_train} is smaller than the batch size --bs {args.bs}: no full training batch')
     return args
@@ -429,6 +437,12 @@ def main(argv=None):
     emb_dls_fn = (lambda: make_dls(args, emb_root, args.emb_lighting)) if args.emb_lighting or args.emb_exclude else dls_fn
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
+    cal_embedder, cal_protos = embedder, protos
+    if args.cal_exclude:
+        cargs = argparse.Namespace(**{**vars(args), 'emb_exclude': args.cal_exclude})
+        with stage(f'brefine calibration stand-in: embedder without {", ".join(args.cal_exclude)} (train or load)'):
+            cal_embedder, cal_file = get_embedder(cargs, lambda: make_dls(cargs, subset_root(cargs, cargs.emb_exclude), cargs.emb_lighting), base)
+            cal_protos = get_prototypes(cargs, cal_embedder, cal_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
     with stage('val: base probabilities'):
@@ -436,11 +450,11 @@ def main(argv=None):
         vimgs, vgts = zip(*[read_pair(args.data, f) for f in vf])
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
-        cal = calibrate(embedder, protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
+        cal = calibrate(cal_embedder, cal_protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
         settings = {k: cal[k] for k in Refiner.setting_names}
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
-        Refiner(embedder, protos, **settings).save(args.cache/f'refiner_{emb_file.stem}')
+        Refiner(embedder, protos, **settings).save(args.cache/(f'refiner_{emb_file.stem}' + (f'_cal{exclude_tag(args.cal_exclude)}' if args.cal_exclude else '')))
     with stage(f'val: DenseCRF grid ({args.crf_grid})'):
         crf_cfg, crf_val = tune_crf(args, vimgs, vprobs, vgts)
     del vprobs
@@ -490,6 +504,9 @@ def main(argv=None):
              f'- brefine: MobileNetV2 embedder ({args.emb_dim}-d, ASPP {args.aspp_dim}, decoder {args.decoder_dim}), {args.emb_epochs} epochs'
              + (f' on the {len(files(args.data, "train", args.limit_train, args.emb_exclude))} training images not from {", ".join(args.emb_exclude)}'
                 if args.emb_exclude else '') + f'; calibrated {settings} on {len(vf)} val images '
+             + (f'with a stand-in embedder trained without {", ".join(args.cal_exclude)} '
+                f'({len(files(args.data, "train", args.limit_train, args.cal_exclude))} training images), then deployed the embedder above '
+                if args.cal_exclude else '') +
              f'(val BF {cal["boundary_f1"]:.4f} vs base {cal["base_boundary_f1"]:.4f}; grid {args.cal_grid})', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image |',
              '|---|---:|---:|---:|---:|---:|']
