@@ -363,8 +363,8 @@ def scores(preds, gts):
 
 def objective(sc):
     "The selection criterion shared by DenseCRF tuning and brefine's calibrate (its default, 'mean'): the mean of boundary F and mIoU, boundary F breaking ties."
-    from brefine.inference import _OBJECTIVES
-    return _OBJECTIVES['mean'](*sc)
+    from brefine.inference import OBJECTIVES
+    return OBJECTIVES['mean'](*sc)
 
 def tune_crf(args, imgs, probs, gts):
     import numpy as np

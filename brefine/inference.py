@@ -19,8 +19,8 @@ from .learner import sample_features, EmbeddingNet
 from .prototypes import Prototypes, _model_of, _device_of, _plain
 
 # %% auto #0
-__all__ = ['REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'relabel', 'refine_predict', 'calibrate',
-           'Refiner']
+__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'relabel', 'refine_predict',
+           'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 def _raw_hwc(a: np.ndarray):
@@ -237,21 +237,22 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
-# %% ../nbs/05_inference.ipynb #97a128fe
+# %% ../nbs/05_inference.ipynb #08cf10d8
 def _as_list(o, n=None):
     if isinstance(o, (torch.Tensor, np.ndarray)) and o.ndim >= 4: return list(o)
     if isinstance(o, (list, tuple)): return list(o)
     return [o] if n is None else [o] * n
 
-_OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),       # (boundary F, mIoU) -> sort key, larger is better
-               'boundary_f1': lambda bf, miou: (bf, miou),
-               'miou': lambda bf, miou: (miou, bf)}
+OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary F, mIoU) -> sort key, larger is better
+              'boundary_f1': lambda bf, miou: (bf, miou),
+              'miou': lambda bf, miou: (miou, bf)}
 
 def calibrate(embedder,                       # the embedder (or Learner)
               prototypes: Prototypes,         # its prototypes
               images,                         # validation images: a list or a batch, as `refine_predict` takes them
               probs,                          # their base scores (list/batch), or the base model
               gts,                            # ground-truth label maps (H,W) per image
+              *,                              # the rest by name only
               radii=(2, 4, 6, 10, 14),        # band radii to try
               top_ns=(2, 3, 5),               # candidate counts to try
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
@@ -264,8 +265,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
               progress: bool = True):
     "Choose radius, top_n, tau, alpha, vote and min_prob on validation data to maximise `objective`; never worse than the base."
     from brefine.metrics import boundary_f1, mean_iou
-    rank = _OBJECTIVES.get(objective)
-    if rank is None: raise ValueError(f"objective must be one of {sorted(_OBJECTIVES)}, got {objective!r}.")
+    rank = OBJECTIVES.get(objective)
+    if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
     model = _model_of(embedder); dev = _device_of(model)
     if isinstance(model, nn.Module): model.eval()
     imgs = _as_list(images); gts_ = [to_numpy(g) for g in _as_list(gts)]
