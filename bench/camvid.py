@@ -16,8 +16,9 @@ What it does, in order (each stage prints its wall time; models are cached so re
 3. base probabilities (softmax of the upsampled logits) of `val`.
 4. brefine settings (radius, top_n, tau, alpha, vote, min_prob) chosen on `val` with `calibrate` (the mean of boundary F @ 3 px and mIoU,
    never worse than base). With `--cal-exclude 0016E5` (val's street) calibration uses a stand-in embedder trained, and its
-   prototypes taken, without those training images; the embedder trained on all of train is then deployed with the settings
-   the stand-in chose, so that val judges the settings on an embedder that has not seen its street, as test does.
+   prototypes taken, without those 204 training images; the embedder trained on all of train is then deployed with the
+   settings the stand-in chose, so that val judges the settings on an embedder that has not seen its street, as test does
+   (README: the best test results, +4.4 mIoU; from scratch it adds ~22 min, beyond 90 in all).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
    criterion as brefine (the mean of boundary F @ 3 px and mIoU). Nothing is tuned on test.
@@ -41,11 +42,12 @@ Run time with the defaults (train 367, val 101, test 233 images), measured on th
   light embedder, 32 epochs          ~1.2 min per epoch on free cores (16384 triplets per batch)          ~ 40-47 min
   prototypes                                                                                                   ~ 0.3 min
   calibrate (full grid, 433 settings)                                                                          ~ 8.5 min
-  --cal-exclude 0016E5: the stand-in embedder, 32 epochs on 163 images                                         ~ 20 min
+  (only with --cal-exclude 0016E5: the stand-in embedder, 32 epochs on 163 images                              ~ 22 min)
   DenseCRF grid (full, 36 settings x 20 val images)                                                            ~ 2.3 min
   test (base + DenseCRF + brefine + metrics)                                                                   ~ 1.3 min
-  total ~ 70-80 min on free cores, under 90 (a run from scratch: 4539 s, `bench/results/camvid_fresh_run.log`).
-  Reruns with the same --cache skip training (~10 min).
+  total ~ 75-85 min on free cores, under 90 (a run from scratch: 4539 s, `bench/results/camvid_fresh_run.log`); with
+  --cal-exclude 0016E5 ~ 100 (the stand-in and calibration on that cache: 2164 s, `camvid_fresh_calx.log`).
+  Reruns with the same --cache skip training (~13 min).
 """
 from __future__ import annotations
 import argparse, os, sys, time, shutil, itertools
@@ -111,9 +113,10 @@ def parse_args(argv=None):
     p.add_argument('--emb-exclude', default='', help="comma-separated file-name prefixes (CamVid sequences, e.g. 0016E5: val's street) "
                    "left out of the embedder's training images and its prototypes, so that calibrating on val sees the embedder "
                    "on a street it has not seen, as test does (the base model still trains on all of train)")
-    p.add_argument('--cal-exclude', default='', help="comma-separated file-name prefixes (e.g. 0016E5): calibrate on val with a stand-in "
-                   "embedder trained (and its prototypes taken) without those sequences, then deploy the embedder trained on all of "
-                   "train with the settings it chose. Val then sees, as test does, an embedder that has not seen its street")
+    p.add_argument('--cal-exclude', default='', help="comma-separated file-name prefixes (0016E5 is val's street): calibrate on val with "
+                   "a stand-in embedder trained (and its prototypes taken) without those sequences, then deploy the embedder trained "
+                   "on all of train with the settings it chose. Val then sees, as test does, an embedder that has not seen its street. "
+                   "Costs ~22 min more from scratch, beyond the 90 the default run keeps under")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
               'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
@@ -423,7 +426,7 @@ def main(argv=None):
     import numpy as np, torch
     try: import pydensecrf.densecrf  # fail early, before training
     except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
-    from brefine.inference import calibrate, prepare_image, base_probs, relabel, refine_predict, Refiner
+    from brefine.inference import prepare_image, base_probs, relabel, refine_predict, Refiner
     from brefine.core import atomic_write, to_numpy
     root = subset_root(args)
     dls_cache = {}
@@ -437,12 +440,12 @@ def main(argv=None):
     emb_dls_fn = (lambda: make_dls(args, emb_root, args.emb_lighting)) if args.emb_lighting or args.emb_exclude else dls_fn
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
-    cal_embedder, cal_protos = embedder, protos
+    stand_in = None
     if args.cal_exclude:
         cargs = argparse.Namespace(**{**vars(args), 'emb_exclude': args.cal_exclude})
         with stage(f'brefine calibration stand-in: embedder without {", ".join(args.cal_exclude)} (train or load)'):
             cal_embedder, cal_file = get_embedder(cargs, lambda: make_dls(cargs, subset_root(cargs, cargs.emb_exclude), cargs.emb_lighting), base)
-            cal_protos = get_prototypes(cargs, cal_embedder, cal_file)
+            stand_in = Refiner(cal_embedder, get_prototypes(cargs, cal_embedder, cal_file))
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
     with stage('val: base probabilities'):
@@ -450,11 +453,12 @@ def main(argv=None):
         vimgs, vgts = zip(*[read_pair(args.data, f) for f in vf])
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
-        cal = calibrate(cal_embedder, cal_protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
-        settings = {k: cal[k] for k in Refiner.setting_names}
+        ref = Refiner(embedder, protos)
+        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), stand_in=stand_in, ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
+        settings = ref.settings
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
-        Refiner(embedder, protos, **settings).save(args.cache/(f'refiner_{emb_file.stem}' + (f'_cal{exclude_tag(args.cal_exclude)}' if args.cal_exclude else '')))
+        ref.save(args.cache/(f'refiner_{emb_file.stem}' + (f'_cal{exclude_tag(args.cal_exclude)}' if args.cal_exclude else '')))
     with stage(f'val: DenseCRF grid ({args.crf_grid})'):
         crf_cfg, crf_val = tune_crf(args, vimgs, vprobs, vgts)
     del vprobs
