@@ -18,7 +18,7 @@ What it does, in order (each stage prints its wall time; models are cached so re
    never worse than base). With `--cal-exclude 0016E5` (val's street) calibration uses a stand-in embedder trained, and its
    prototypes taken, without those 204 training images; the embedder trained on all of train is then deployed with the
    settings the stand-in chose, so that val judges the settings on an embedder that has not seen its street, as test does
-   (README: the best test results, +4.4 mIoU; from scratch it adds ~22 min, beyond 90 in all).
+   (tried in session 7: no gain over the default, README; from scratch it adds ~22 min, beyond 90 in all).
 5. DenseCRF (pydensecrf2 `DenseCRF2D`, unary = -log softmax, Gaussian sxy=3 compat=3, bilateral, 5 iterations) on the
    same base probabilities; the bilateral (sxy, srgb, compat) chosen on (an evenly spaced subset of) `val` by the same
    criterion as brefine (the mean of boundary F @ 3 px and mIoU). Nothing is tuned on test.
@@ -116,7 +116,7 @@ def parse_args(argv=None):
     p.add_argument('--cal-exclude', default='', help="comma-separated file-name prefixes (0016E5 is val's street): calibrate on val with "
                    "a stand-in embedder trained (and its prototypes taken) without those sequences, then deploy the embedder trained "
                    "on all of train with the settings it chose. Val then sees, as test does, an embedder that has not seen its street. "
-                   "Costs ~22 min more from scratch, beyond the 90 the default run keeps under")
+                   "Tried in session 7: no gain over the default (README). Costs ~22 min more from scratch")
     args = p.parse_args(argv)
     for k in ('limit_train', 'limit_val', 'limit_test', 'crf_val', 'base_epochs', 'emb_epochs', 'bs', 'crf_iters', 'threads',
               'emb_dim', 'aspp_dim', 'decoder_dim', 'n_triplets'):
@@ -426,7 +426,7 @@ def main(argv=None):
     import numpy as np, torch
     try: import pydensecrf.densecrf  # fail early, before training
     except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
-    from brefine.inference import prepare_image, base_probs, relabel, refine_predict, Refiner
+    from brefine.inference import calibrate, prepare_image, base_probs, relabel, refine_predict, Refiner
     from brefine.core import atomic_write, to_numpy
     root = subset_root(args)
     dls_cache = {}
@@ -440,12 +440,12 @@ def main(argv=None):
     emb_dls_fn = (lambda: make_dls(args, emb_root, args.emb_lighting)) if args.emb_lighting or args.emb_exclude else dls_fn
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
-    stand_in = None
+    cal_embedder, cal_protos = embedder, protos
     if args.cal_exclude:
         cargs = argparse.Namespace(**{**vars(args), 'emb_exclude': args.cal_exclude})
         with stage(f'brefine calibration stand-in: embedder without {", ".join(args.cal_exclude)} (train or load)'):
             cal_embedder, cal_file = get_embedder(cargs, lambda: make_dls(cargs, subset_root(cargs, cargs.emb_exclude), cargs.emb_lighting), base)
-            stand_in = Refiner(cal_embedder, get_prototypes(cargs, cal_embedder, cal_file))
+            cal_protos = get_prototypes(cargs, cal_embedder, cal_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
     with stage('val: base probabilities'):
@@ -453,9 +453,9 @@ def main(argv=None):
         vimgs, vgts = zip(*[read_pair(args.data, f) for f in vf])
         vprobs = [base_probs_of(base, im) for im in vimgs]
     with stage(f'val: brefine calibrate ({args.cal_grid})'):
-        ref = Refiner(embedder, protos)
-        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), stand_in=stand_in, ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
-        settings = ref.settings
+        cal = calibrate(cal_embedder, cal_protos, list(vimgs), vprobs, list(vgts), ignore_index=VOID, progress=False, **CAL_GRIDS[args.cal_grid])
+        settings = {k: cal[k] for k in Refiner.setting_names}
+        ref = Refiner(embedder, protos, **settings)
         log(f'  brefine settings {settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}, {len(cal["table"])} settings tried)')
         ref.save(args.cache/(f'refiner_{emb_file.stem}' + (f'_cal{exclude_tag(args.cal_exclude)}' if args.cal_exclude else '')))

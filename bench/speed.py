@@ -14,7 +14,7 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
 Prints times and peak-memory growth as ratios to the base forward's. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
-        [--top-n 2 --radius 18 --tau 0.9 --alpha 0 --vote 11 --min-prob 0]   (defaults: the settings calibrated on CamVid val)
+        [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5 --min-prob 0]   (defaults: the settings calibrated on CamVid val)
 """
 import argparse, sys, time
 from pathlib import Path
@@ -77,9 +77,9 @@ def main():
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
-    ap.add_argument('--top-n', type=int, default=2); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
-    ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.)  # on CamVid val
-    ap.add_argument('--vote', type=int, default=11); ap.add_argument('--min-prob', type=float, default=0.)
+    ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
+    ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
+    ap.add_argument('--vote', type=int, default=5); ap.add_argument('--min-prob', type=float, default=0.)
     a = ap.parse_args()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, '

@@ -299,7 +299,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
     return dict(best, boundary_f1=best_score[0], miou=best_score[1],
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
-# %% ../nbs/05_inference.ipynb #da4b0a2b
+# %% ../nbs/05_inference.ipynb #352a41fa
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
 
 class Refiner:
@@ -318,15 +318,9 @@ class Refiner:
     @property
     def settings(self): return {k: getattr(self, k) for k in self.setting_names}
 
-    def calibrate(self, images, probs, gts,
-                  stand_in: Refiner|None = None,   # pick the settings with this Refiner's embedder and prototypes instead (see below)
-                  **kwargs):                       # `calibrate`'s grid and options
+    def calibrate(self, images, probs, gts, **kwargs):
         "Pick `top_n`, `radius`, `tau`, `alpha`, `vote` and `min_prob` on validation data with `calibrate`, keep them, and return its report."
-        src = self if stand_in is None else stand_in
-        if len(src.prototypes.counts) != len(self.prototypes.counts):
-            raise ValueError(f"The stand-in has prototypes for {len(src.prototypes.counts)} classes and this Refiner for "
-                             f"{len(self.prototypes.counts)}: train the stand-in on the same classes.")
-        res = calibrate(src.embedder, src.prototypes, images, probs, gts, **kwargs)
+        res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
         for k in self.setting_names: setattr(self, k, res[k])
         return res
 
