@@ -11,8 +11,8 @@ export MPLBACKEND := Agg
 
 .PHONY: disk-check install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
 
-# the venv takes ~6.5 GB (torch's CUDA build) and the tests ~1 GB of temporary files at their peak: say so up front
-# when the disk is short, so a later 'No space left on device' is not a mystery
+# the venv takes ~6.5 GB (torch's CUDA build) and the tests write temporary checkpoints: say so up front when the disk
+# is short, so a later 'No space left on device' (seen once in CI) is not a mystery
 DISK_NEEDED_GB := 8
 disk-check:
 	@free=$$(df -Pk . | awk 'NR==2 {print int($$4/1048576)}'); \
