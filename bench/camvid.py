@@ -302,6 +302,11 @@ def base_probs_of(model, img):
     with torch.inference_mode(): return model(_normalize(img)).softmax(1)[0].contiguous()
 
 # -------------------------------------------------------------------------------------------------------------- brefine
+def embedder_dls_fn(args, root, dls_fn):
+    "Loader of the embedder's training batches: the base model's (`dls_fn`), or its own with `--emb-lighting` or without `args.emb_exclude`'s images."
+    if not (args.emb_lighting or args.emb_exclude): return dls_fn
+    return lambda: make_dls(args, subset_root(args, args.emb_exclude) if args.emb_exclude else root, args.emb_lighting)
+
 def get_embedder(args, dls_fn, base=None):
     import torch
     from brefine.core import atomic_save
@@ -436,15 +441,13 @@ def main(argv=None):
     n_tr = len(files(args.data, 'train', args.limit_train))
 
     with stage('base model (train or load)'): base = get_base(args, dls_fn)
-    emb_root = subset_root(args, args.emb_exclude) if args.emb_exclude else root
-    emb_dls_fn = (lambda: make_dls(args, emb_root, args.emb_lighting)) if args.emb_lighting or args.emb_exclude else dls_fn
-    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, emb_dls_fn, base)
+    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, embedder_dls_fn(args, root, dls_fn), base)
     with stage('brefine prototypes (train, no augmentation)'): protos = get_prototypes(args, embedder, emb_file)
     cal_embedder, cal_protos = embedder, protos
     if args.cal_exclude:
         cargs = argparse.Namespace(**{**vars(args), 'emb_exclude': args.cal_exclude})
         with stage(f'brefine calibration stand-in: embedder without {", ".join(args.cal_exclude)} (train or load)'):
-            cal_embedder, cal_file = get_embedder(cargs, lambda: make_dls(cargs, subset_root(cargs, cargs.emb_exclude), cargs.emb_lighting), base)
+            cal_embedder, cal_file = get_embedder(cargs, embedder_dls_fn(cargs, root, dls_fn), base)
             cal_protos = get_prototypes(cargs, cal_embedder, cal_file)
     if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
 
