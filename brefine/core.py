@@ -4,13 +4,13 @@
 
 # %% ../nbs/00_core.ipynb #b31d4047
 from __future__ import annotations
-import os, tempfile, contextlib, pickle, zipfile
+import os, io, errno, math, numbers, tempfile, contextlib, pickle
 from pathlib import Path
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['default_device', 'to_numpy', 'atomic_write', 'atomic_save', 'safe_load']
+__all__ = ['default_device', 'to_numpy', 'as_int', 'as_float', 'atomic_write', 'atomic_save', 'safe_load']
 
 # %% ../nbs/00_core.ipynb #3d589ad7
 def default_device() -> torch.device:
@@ -26,26 +26,67 @@ def to_numpy(x) -> np.ndarray:
     if isinstance(x, torch.Tensor): return x.detach().cpu().numpy()
     return np.asarray(x)
 
+# %% ../nbs/00_core.ipynb #ee29b5f4
+def _bounds(lo, hi) -> str:
+    if lo is not None and hi is not None: return f"between {lo} and {hi}"
+    return f">= {lo}" if lo is not None else f"<= {hi}"
+
+def as_int(v, name: str, lo: int|None = None, hi: int|None = None, hint: str = '') -> int:
+    "`v` as a Python int when it is a whole number (int or numpy integer, never a bool) in [`lo`, `hi`]; else an error naming `name`."
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (int), got {v!r} ({type(v).__name__}).{hint}")
+    v = int(v)
+    if (lo is not None and v < lo) or (hi is not None and v > hi): raise ValueError(f"{name} must be {_bounds(lo, hi)}, got {v}.{hint}")
+    return v
+
+# %% ../nbs/00_core.ipynb #7bd870a5
+def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: str = '', below_hi: bool = False) -> float:
+    "`v` as a Python float when it is a real number (Python or numpy, never a bool or NaN) in [`lo`, `hi`] (`hi` excluded with `below_hi`)."
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).{hint}")
+    v = float(v)
+    if math.isnan(v): raise ValueError(f"{name} is NaN: pass a number.{hint}")
+    if (lo is not None and v < lo) or (hi is not None and (v >= hi if below_hi else v > hi)):
+        rng = f"in [{lo}, {hi})" if below_hi and lo is not None else _bounds(lo, hi)
+        raise ValueError(f"{name} must be {rng}, got {v:g}.{hint}")
+    return v
+
 # %% ../nbs/00_core.ipynb #7efc0dcb
+def _write_error(e: OSError, path: Path) -> OSError:
+    "`e` (from writing `path`) as an error that names the file and the fix."
+    why = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "the disk quota is exceeded: free some space",
+           errno.EACCES: "permission denied: choose a folder you can write to", errno.EPERM: "permission denied: choose a folder you can write to",
+           errno.EROFS: "the file system is read-only: choose another folder"}.get(e.errno)
+    if why is None: return e
+    return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
+
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'wb'):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    except OSError as e: raise _write_error(e, path) from None
     try:
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        if isinstance(e, OSError) and _write_error(e, path) is not e: raise _write_error(e, path) from None
         raise
 
 # %% ../nbs/00_core.ipynb #1f46c184
 def atomic_save(obj, path) -> Path:
-    "`torch.save(obj, path)`, atomically: `path` holds the old content or the new, never half of it."
-    with atomic_write(path, 'wb') as f: torch.save(obj, f)
+    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it."
+    buf = io.BytesIO(); torch.save(obj, buf)
+    try: torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    except Exception as e:
+        raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe loader refuses "
+                        f"({str(e).splitlines()[0]}). Store only tensors, numbers, strings, lists and dicts.") from None
+    with atomic_write(path, 'wb') as f: f.write(buf.getbuffer())
     return Path(path)
 
 # %% ../nbs/00_core.ipynb #ea42d71d

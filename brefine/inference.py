@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_inference.ipynb #8063c0bc
 from __future__ import annotations
-import json, os, shutil, tempfile, itertools
+import json, os, re, math, secrets, contextlib, itertools
 from pathlib import Path
 import numpy as np
 import cv2
@@ -13,14 +13,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from fastprogress.fastprogress import progress_bar
-from .core import atomic_save, atomic_write, safe_load, to_numpy
+from .core import atomic_save, atomic_write, safe_load, to_numpy, as_int, as_float
 from .band import batch_band
 from .learner import sample_features, EmbeddingNet
 from .prototypes import Prototypes, _model_of, _device_of, _plain
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'relabel', 'refine_predict',
-           'calibrate', 'Refiner']
+__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'check_settings', 'relabel',
+           'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 def _raw_hwc(a: np.ndarray):
@@ -45,6 +45,17 @@ def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
     m, s = (torch.tensor(v, dtype=torch.float32, device=t.device)[:, None, None] for v in (mean, std))
     return x.mul_(1 / (scale * s)).sub_(m / s)
 
+def _check_prepared(x: torch.Tensor) -> torch.Tensor:
+    "A float image batch as float32, refused when empty, non-finite or on the 0-255 scale."
+    if x.shape[-1] == 0 or x.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(x.shape)}).")
+    if x.dtype != torch.float32: x = x.float()                        # float64 / float16 inputs: the embedder's dtype
+    top = float(x.abs().amax())
+    if not math.isfinite(top): raise ValueError("The image contains NaN or inf: check how it was loaded or normalised.")
+    if top > 50: raise ValueError(f"The float image has values up to {top:.4g}, which looks like the 0-255 scale, but float "
+                                  "images are taken as already normalised for the embedder. Pass the uint8 image, or "
+                                  "divide by 255 and normalise with the prototypes' mean and std.")
+    return x
+
 def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
     if hasattr(img, 'getbands'):                       # a PIL image
@@ -52,7 +63,7 @@ def prepare_image(img, mean=None, std=None):
         img = np.asarray(img.convert('RGB') if mode not in ('I;16', 'I;16B', 'I;16L', 'I') else img)
         if img.dtype == np.int32: img = img.astype(np.uint16)
     if isinstance(img, np.ndarray):
-        if img.dtype.kind == 'f': img = torch.from_numpy(img)
+        if img.dtype.kind == 'f': img = torch.from_numpy(np.ascontiguousarray(img))   # negative strides (flips) too
         else: return _scaled(*_raw_hwc(img), mean, std), img.ndim == 4
     if not isinstance(img, torch.Tensor):
         raise TypeError(f"Images must be a torch tensor, a numpy array or a PIL image, not {type(img).__name__}.")
@@ -62,14 +73,31 @@ def prepare_image(img, mean=None, std=None):
     batched = img.ndim == 4
     img = _plain(img)
     x = img if batched else img[None]
-    if not x.is_floating_point(): x = _scaled(x, 65535. if x.dtype == torch.int32 else 255., mean, std)
-    if x.shape[-1] == 0 or x.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(img.shape)}).")
-    return x, batched
+    if not x.is_floating_point(): return _scaled(x, 65535. if x.dtype == torch.int32 else 255., mean, std), batched
+    return _check_prepared(x), batched
+
 
 # %% ../nbs/05_inference.ipynb #774e5efe
-def _looks_like_probs(s: torch.Tensor, dim: int = 1) -> bool:
-    return bool(s.min() >= 0) and bool(((s.sum(dim) - 1).abs() < 1e-3).all())
+def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float = 1e-3) -> bool:
+    return bool(s.min() >= 0) and bool(((s.sum(dim) - 1).abs() < tol).all())
 
+def _check_score_size(hw: tuple, HW: tuple):
+    "Scores (h,w) fit an image (H,W) when equal or a uniform rescale of it (one scale for both axes, up to a score pixel of rounding)."
+    (h, w), (H, W) = hw, HW
+    if (h, w) == (H, W): return
+    s = max(H / max(h, 1), W / max(w, 1))
+    if h == 0 or w == 0 or abs(H * w - W * h) >= s * (h + w):
+        raise ValueError(f"Scores of spatial size {h}x{w} do not fit a {H}x{W} image: they must be at the image's size or a "
+                         "uniform downscale of it (e.g. the model's stride). Transposed (M,W,H) or cropped scores give wrong "
+                         "labels: pass the (M,H,W) map that belongs to this image.")
+
+def _as_scores(s) -> torch.Tensor:
+    if isinstance(s, np.ndarray):
+        if s.dtype == object: raise TypeError("Scores must be a numeric array, got a numpy object array.")
+        s = np.ascontiguousarray(s)                                     # flipped views have negative strides
+    return _plain(s)
+
+# %% ../nbs/05_inference.ipynb #c868f528
 def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> torch.Tensor:
     "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed."
     if not isinstance(probs, (torch.Tensor, np.ndarray)):
@@ -81,7 +109,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
         if isinstance(out, dict): out = out['out']
         if isinstance(out, (tuple, list)): out = out[0]
         s, batched = out, True
-    else: s = _plain(probs)
+    else: s = _as_scores(probs)
     if not s.is_floating_point(): raise TypeError(f"Scores must be float probabilities or logits, got {s.dtype}.")
     if s.ndim == 3 and not batched: s = s[None]
     if s.ndim != 4:
@@ -89,13 +117,30 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
                          f"for {'a batch of images' if batched else 'one image'}.")
     if s.shape[0] != x.shape[0]:
         raise ValueError(f"{s.shape[0]} score maps for {x.shape[0]} images: pass one (M,H,W) score map per image.")
-    s = s.float()
-    if not torch.isfinite(s.sum()):           # one reduction: NaN and inf propagate into the sum
+    _check_score_size(tuple(s.shape[-2:]), tuple(x.shape[-2:]))
+    low, s = s.dtype in (torch.float16, torch.bfloat16), s.float()
+    if not torch.isfinite(s.sum()) and not torch.isfinite(s).all():    # one reduction first: NaN and inf propagate into it
         raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. mixed-precision overflow).")
+    if low and _looks_like_probs(s, tol=s.shape[1] * 2 ** -7):          # half/bfloat16 probabilities: sums are off by rounding
+        s = s / s.sum(1, keepdim=True)
     resize = s.shape[-2:] != x.shape[-2:]
     if softmax or resize: s = s if _looks_like_probs(s) else s.softmax(1)
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
+
+# %% ../nbs/05_inference.ipynb #c12df624
+def check_settings(n_classes: int, top_n=None, radius=3, tau=None, alpha=0., vote=0, min_prob=0.) -> dict:
+    "The six refinement settings, validated for `n_classes` classes, as plain Python values (`top_n` None: 5, or M if fewer)."
+    top_n = min(5, n_classes) if top_n is None else as_int(top_n, 'top_n', 1, n_classes,
+                                                           f" top_n counts candidate classes among the {n_classes}.")
+    radius = as_int(radius, 'radius', 0, hint=" It is the band's half-width in pixels.")
+    tau = None if tau is None else as_float(tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate.")
+    alpha = as_float(alpha, 'alpha', 0, hint=" alpha weighs the base log-probability.")
+    vote = as_int(vote, 'vote', 0)
+    if vote % 2 == 0 and vote:
+        raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {vote!r}.")
+    min_prob = as_float(min_prob, 'min_prob', 0, 1, " min_prob is a probability (0: every top-N class is a candidate).", below_hi=True)
+    return dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, min_prob=min_prob)
 
 # %% ../nbs/05_inference.ipynb #53d26555
 def _check_protos(prototypes, n_scores, emb_dim=None):
@@ -164,12 +209,8 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     B, M, H, W = probs.shape
     _check_protos(prototypes, M, emb.shape[1])
-    top_n = min(5, M) if top_n is None else top_n
-    if not 1 <= top_n <= M: raise ValueError(f"top_n must be between 1 and the number of classes ({M}), got {top_n}.")
-    if not alpha >= 0: raise ValueError(f"alpha weighs the base log-probability and must be >= 0, got {alpha}.")
-    if not 0 <= min_prob < 1: raise ValueError(f"min_prob is a probability in [0, 1) (0: every top-N class is a candidate), got {min_prob}.")
-    if isinstance(vote, bool) or not isinstance(vote, int) or vote < 0 or (vote and vote % 2 == 0):
-        raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {vote!r}.")
+    top_n, radius, tau, alpha, vote, min_prob = check_settings(M, top_n, radius, tau, alpha, vote, min_prob).values()
+    chunk = as_int(chunk, 'chunk', 1)
     base = probs.max(1).indices                               # the base answer (torch's max(dim) is much faster than argmax)
     if top_n == 1: return base
     band = batch_band(base, radius)                           # P4
@@ -206,6 +247,19 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
     return out
 
 # %% ../nbs/05_inference.ipynb #3742569e
+def _embed(model, x: torch.Tensor) -> torch.Tensor:
+    "The embedder's features (B,C,h,w) for the prepared images `x`, refused when they are not a finite 4-d tensor."
+    emb = model(x)
+    if isinstance(emb, dict) and 'out' in emb: emb = emb['out']
+    if not isinstance(emb, torch.Tensor) or emb.ndim != 4:
+        what = type(emb).__name__ if not isinstance(emb, torch.Tensor) else f"a tensor of shape {tuple(emb.shape)}"
+        raise TypeError(f"The embedder must return features (B,C,h,w) as one tensor (or a dict with 'out'), got {what}. "
+                        "Wrap a model with several outputs in a module that returns the feature map.")
+    if not torch.isfinite(emb.sum()):
+        raise ValueError("The embedder's features contain NaN or inf for this image: check its weights (a diverged "
+                         "training run) and the image's normalisation.")
+    return emb
+
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
                    probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
@@ -229,8 +283,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     if isinstance(model, nn.Module): model.eval()
     try:
         with torch.inference_mode():
-            emb = model(x)
-            if isinstance(emb, dict): emb = emb['out']
+            emb = _embed(model, x)
             out = relabel(emb, p, prototypes, top_n, prototypes.radius if radius is None else radius, tau, alpha, vote, min_prob)
     finally:
         if was_training: model.train()
@@ -279,7 +332,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
         for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
             p = base_probs(sc, x, False, softmax=False).to(dev)
-            cache.append((model(x), p))
+            cache.append((_embed(model, x), p))
     n = prototypes.n_classes
     def score(preds):
         return (boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
@@ -300,16 +353,18 @@ def calibrate(embedder,                       # the embedder (or Learner)
                 base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
 # %% ../nbs/05_inference.ipynb #352a41fa
-REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 1
+REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 2
 
 class Refiner:
     "Embedder + prototypes + settings: `Refiner(...)(img, probs_or_model)` refines a prediction."
     setting_names = ('top_n', 'radius', 'tau', 'alpha', 'vote', 'min_prob')     # `refine_predict`'s keyword names
     def __init__(self, embedder, prototypes: Prototypes, top_n: int|None = None, radius: int|None = None, tau: float|None = None,
                  alpha: float = 0., vote: int = 0, min_prob: float = 0.):
+        _check_protos(prototypes, prototypes.n_classes if isinstance(prototypes, Prototypes) else 0)
         self.embedder, self.prototypes = _model_of(embedder), prototypes
-        self.top_n, self.radius, self.tau, self.alpha = top_n, (prototypes.radius if radius is None else radius), tau, alpha
-        self.vote, self.min_prob = vote, min_prob
+        radius = prototypes.radius if radius is None else radius
+        for k, v in check_settings(prototypes.n_classes, top_n, radius, tau, alpha, vote, min_prob).items(): setattr(self, k, v)
+        if top_n is None: self.top_n = None                                  # keep "the default", which depends on the classes
 
     def __call__(self, img, probs):
         "Refine `probs` (scores or the base model) for `img` with this bundle's settings."
@@ -330,48 +385,100 @@ class Refiner:
     def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
 # %% ../nbs/05_inference.ipynb #0f841a46
+_OWN_FILE = re.compile(r'(embedder|prototypes)-[0-9a-f]{16}\.pt')                         # a bundle's data files
+_OWN_TMP = re.compile(r'\.(refiner\.json|(embedder|prototypes)-[0-9a-f]{16}\.pt)\..+\.tmp')  # atomic_write's, from a killed save
+_V1_FILES = {'embedder': 'embedder.pt', 'prototypes': 'prototypes.pt'}                     # bundles of format version 1
+
+def _read_bundle_json(path: Path) -> tuple:
+    "The settings in `path`/refiner.json and the names of the bundle's two data files, validated."
+    f = path/'refiner.json'
+    try: d = json.loads(f.read_text())
+    except FileNotFoundError: raise ValueError(f"{path} is not a Refiner bundle: refiner.json is missing.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{f} is corrupt ({e}). Save the Refiner again.") from None
+    if not isinstance(d, dict) or d.get('format') != REFINER_FORMAT: raise ValueError(f"{f} is not a brefine Refiner file.")
+    v = d.get('version', 0)
+    if not isinstance(v, int) or v > REFINER_VERSION:
+        raise ValueError(f"{path} was written by a newer brefine (format {v!r}); upgrade: `pip install -U brefine`.")
+    files = d.get('files') if v >= 2 else _V1_FILES
+    if not isinstance(files, dict) or any(not isinstance(files.get(k), str) or not (_OWN_FILE.fullmatch(files[k]) or files[k] == n)
+                                          for k, n in _V1_FILES.items()):
+        raise ValueError(f"{f} names the data files {files!r}, which are not a bundle's own: it was not written by Refiner.save.")
+    return d, files
+
+# %% ../nbs/05_inference.ipynb #d153cf79
+def _files_to_replace(path: Path, overwrite: bool) -> list:
+    "Names in the folder `path` that saving a bundle there replaces: its current bundle's files and leftovers of interrupted saves."
+    if not path.exists(): return []
+    if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a Refiner bundle folder: choose another path.")
+    names = sorted(os.listdir(path))
+    ours = [n for n in names if _OWN_FILE.fullmatch(n) or _OWN_TMP.fullmatch(n)]
+    if 'refiner.json' not in names:
+        other = [n for n in names if n not in ours]
+        if other: raise FileExistsError(f"{path} is a folder but not a Refiner bundle (it holds {other[0]!r} and no refiner.json); "
+                                        "brefine only replaces its own bundles. Save into a new or empty folder.")
+        return ours
+    try: _, files = _read_bundle_json(path)
+    except ValueError as e:
+        raise FileExistsError(f"{path} does not hold a readable Refiner bundle ({e}) and brefine only replaces its own bundles: "
+                              "save into a new or empty folder.") from None
+    if not overwrite: raise FileExistsError(f"{path} holds a Refiner bundle; pass overwrite=True to replace it.")
+    return sorted(set(ours) | {n for n in files.values() if n in names})
+
+def _fsync_dir(path: Path):
+    "Make the renames inside the folder `path` durable (POSIX; a no-op where folders cannot be opened)."
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try: os.fsync(fd)
+        finally: os.close(fd)
+
+# %% ../nbs/05_inference.ipynb #d949f995
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
-    "Write the bundle into the folder `path` (embedder.pt, prototypes.pt, refiner.json), replacing it atomically."
+    "Write the bundle into the folder `path` (new, empty, or a bundle to replace), crash-safely; other files in it are kept."
     cfg = getattr(self.embedder, 'config', None)
     if cfg is None: raise TypeError("Refiner.save needs an EmbeddingNet (it stores the network's config to rebuild it); "
                                     f"got {type(self.embedder).__name__}. Save other embedders with torch yourself.")
     path = Path(path)
-    if path.exists() and not overwrite: raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp'))
+    old = _files_to_replace(path, overwrite)
+    tag = secrets.token_hex(8)
+    files = {'embedder': f'embedder-{tag}.pt', 'prototypes': f'prototypes-{tag}.pt'}
     try:
         sd = {k: v.detach().cpu() for k, v in self.embedder.state_dict().items()}
-        atomic_save(dict(format=REFINER_FORMAT, version=REFINER_VERSION, config=dict(cfg, pretrained=False), state_dict=sd), tmp/'embedder.pt')
-        self.prototypes.save(tmp/'prototypes.pt')
-        with atomic_write(tmp/'refiner.json', 'w') as f:
-            json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, **self.settings), f, indent=1)
-        old = None
-        if path.exists():
-            old = path.with_name(f'.{path.name}.old'); shutil.rmtree(old, ignore_errors=True); os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None: shutil.rmtree(old, ignore_errors=True)
+        atomic_save(dict(format=REFINER_FORMAT, version=REFINER_VERSION, config=dict(cfg, pretrained=False), state_dict=sd),
+                    path/files['embedder'])
+        self.prototypes.save(path/files['prototypes'])
+        with atomic_write(path/'refiner.json', 'w') as f:     # the switch: from here on the folder is the new bundle
+            json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **self.settings), f, indent=1)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
+        for n in files.values():
+            with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
+        raise
+    _fsync_dir(path)
+    for n in old:
+        with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
     return path
+
+# %% ../nbs/05_inference.ipynb #814a2729
+def _embedder_from(ck, f: Path) -> EmbeddingNet:
+    "The `EmbeddingNet` in the checkpoint dict `ck` read from `f`; its weights come from the file, so nothing is ever downloaded."
+    if not isinstance(ck, dict) or ck.get('format') != REFINER_FORMAT or not isinstance(ck.get('config'), dict):
+        raise ValueError(f"{f} is not a brefine embedder checkpoint.")
+    try: net = EmbeddingNet(**dict(ck['config'], pretrained=False))
+    except Exception as e: raise ValueError(f"{f} holds an embedder configuration brefine cannot build ({type(e).__name__}: {e}).") from None
+    try: net.load_state_dict(ck.get('state_dict'))
+    except Exception as e:
+        raise ValueError(f"{f} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
+    return net
 
 @patch(cls_method=True)
 def load(cls: Refiner, path, device=None) -> Refiner:
     "Load a bundle written by `Refiner.save`; never executes code from the files."
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.")
-    try: settings = json.loads((path/'refiner.json').read_text())
-    except FileNotFoundError: raise ValueError(f"{path} is not a Refiner bundle: refiner.json is missing.") from None
-    except json.JSONDecodeError as e: raise ValueError(f"{path}/refiner.json is corrupt ({e}). Save the Refiner again.") from None
-    if settings.get('format') != REFINER_FORMAT: raise ValueError(f"{path}/refiner.json is not a brefine Refiner file.")
-    if settings.get('version', 0) > REFINER_VERSION:
-        raise ValueError(f"{path} was written by a newer brefine (format {settings['version']}); upgrade: `pip install -U brefine`.")
-    ck = safe_load(path/'embedder.pt', 'embedder checkpoint')
-    if not isinstance(ck, dict) or ck.get('format') != REFINER_FORMAT or 'config' not in ck:
-        raise ValueError(f"{path/'embedder.pt'} is not a brefine embedder checkpoint.")
-    net = EmbeddingNet(**ck['config'])
-    try: net.load_state_dict(ck['state_dict'])
-    except RuntimeError as e: raise ValueError(f"{path/'embedder.pt'} does not match its own config ({str(e).splitlines()[0]}). Save it again.") from None
-    protos = Prototypes.load(path/'prototypes.pt')
+    settings, files = _read_bundle_json(path)
+    net = _embedder_from(safe_load(path/files['embedder'], 'embedder checkpoint'), path/files['embedder'])
+    protos = Prototypes.load(path/files['prototypes'])
     if device is not None: net.to(device)
-    return cls(net.eval(), protos, **{k: v for k, v in settings.items() if k in cls.setting_names})  # older bundles: newer settings keep their defaults
+    kw = {k: settings[k] for k in cls.setting_names if k in settings}      # older bundles: newer settings keep their defaults
+    try: return cls(net.eval(), protos, **kw)
+    except (TypeError, ValueError) as e: raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None

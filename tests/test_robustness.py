@@ -1,5 +1,5 @@
 """Untrusted files never run code; saves are atomic even when the writer is killed mid-save."""
-import os, signal, subprocess, sys, time, textwrap
+import os, json, signal, subprocess, sys, time, textwrap
 from pathlib import Path
 import pytest, torch
 from brefine import Prototypes, Refiner, EmbeddingNet
@@ -9,7 +9,7 @@ class Evil:
     def __init__(self, marker): self.marker = marker
     def __reduce__(self): return (os.system, (f'touch {self.marker}',))
 
-@pytest.mark.parametrize('kind', ['prototypes', 'checkpoint', 'refiner'])
+@pytest.mark.parametrize('kind', ['prototypes', 'checkpoint', 'refiner', 'refiner_prototypes'])
 def test_malicious_pickle_is_refused(tmp_path, kind):
     marker = tmp_path/'pwned'
     payload = {'format': 'brefine.prototypes', 'version': 1, 'vectors': Evil(marker)}
@@ -20,7 +20,10 @@ def test_malicious_pickle_is_refused(tmp_path, kind):
     else:
         net = EmbeddingNet('resnet18', emb_dim=4, pretrained=False)
         d = Refiner(net, Prototypes(torch.zeros(3, 4), torch.ones(3))).save(tmp_path/'bundle')
-        torch.save(dict(payload, format='brefine.refiner'), d/'embedder.pt'); load = lambda: Refiner.load(d)
+        files = json.loads((d/'refiner.json').read_text())['files']      # the data files refiner.json names
+        if kind == 'refiner': torch.save(dict(payload, format='brefine.refiner'), d/files['embedder'])
+        else: torch.save(payload, d/files['prototypes'])
+        load = lambda: Refiner.load(d)
     with pytest.raises(ValueError, match='nothing in it was executed'): load()
     assert not marker.exists()
 
