@@ -200,10 +200,11 @@ def base_model(pretrained: bool = True):
     "DeepLabV3 with a MobileNetV2 backbone at output stride 16; logits upsampled to the input size."
     import torch.nn as nn, torch.nn.functional as F, torchvision
     from torchvision.models.segmentation.deeplabv3 import DeepLabHead
+    from brefine.learner import torchvision_model
     class DeepLabV3MobileNetV2(nn.Module):
         def __init__(self):
             super().__init__()
-            feats = torchvision.models.mobilenet_v2(weights='IMAGENET1K_V1' if pretrained else None).features[:-1]  # 320 ch
+            feats = torchvision_model('mobilenet_v2', pretrained).features[:-1]  # 320 ch; weights read as data only
             assert _dilate_mobilenet(feats, 16) == 16
             self.backbone, self.head = feats, DeepLabHead(320, N_CLASSES, atrous_rates=(6, 12, 18))
         def forward(self, x):

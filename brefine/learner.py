@@ -20,9 +20,9 @@ from fastai.torch_core import params
 import fastai.callback.schedule, fastai.callback.progress  # fit_one_cycle, fine_tune, lr_find, no_bar on every Learner
 
 # %% auto #0
-__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EmbeddingNet', 'embedding_splitter', 'sample_features',
-           'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback',
-           'ActiveTriplets', 'init_backbone', 'refine_learner']
+__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'torchvision_model', 'EmbeddingNet', 'embedding_splitter',
+           'sample_features', 'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss',
+           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'refine_learner']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -57,17 +57,20 @@ def _tv_weights(name: str, pretrained):
         raise ValueError(f"{name} has no weights {key!r}: pass pretrained=True, False, 'DEFAULT' or one of "
                          f"{[w.name for w in enum]}.") from None
 
-def _tv_model(name: str, pretrained, **kwargs) -> nn.Module:
-    "torchvision model `name`, with a clear error when its pretrained weights cannot be had."
+def torchvision_model(name: str, pretrained=False, **kwargs) -> nn.Module:
+    "torchvision's model `name`; `pretrained` weights (True, 'DEFAULT' or an entry's name) are read as data only (`weights_only`), never unpickled."
     weights = _tv_weights(name, pretrained)
-    try: return torchvision.models.get_model(name, weights=weights, **kwargs)
+    if weights is not None: kwargs.setdefault('num_classes', len(weights.meta['categories']))
+    model = torchvision.models.get_model(name, weights=None, **kwargs)
+    if weights is None: return model
+    try: model.load_state_dict(weights.get_state_dict(progress=False, check_hash=True, weights_only=True))
     except Exception as e:
-        if weights is None: raise
         fname, ckpt = Path(urlparse(weights.url).path).name, Path(torch.hub.get_dir())/'checkpoints'
         raise RuntimeError(f"Could not load the pretrained {name} weights {weights} ({type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else 'no details'}). Without network access, put the file "
                            f"{fname} (from {weights.url}) into {ckpt} (set TORCH_HOME to use another folder), "
                            f"or pass pretrained=False to train from scratch.") from e
+    return model
 
 # %% ../nbs/03_learner.ipynb #c798f0f4
 class _TimmFeatures(nn.Module):
@@ -97,11 +100,11 @@ def _timm_backbone(name: str, pretrained, output_stride: int):
 def _backbone(name: str, pretrained, output_stride: int):
     "(module returning {'low': stride-4 feature, 'out': deep feature}, low channels, deep channels)."
     if name in RESNETS:
-        m = _tv_model(name, pretrained)
+        m = torchvision_model(name, pretrained)
         _dilate([*m.layer1, *m.layer2, *m.layer3, *m.layer4], output_stride, stride=4)
         return IntermediateLayerGetter(m, {'layer1': 'low', 'layer4': 'out'}), m.layer1[-1].conv1.in_channels, m.fc.in_features
     if name in MOBILENETS:
-        feats = _tv_model(name, pretrained).features
+        feats = torchvision_model(name, pretrained).features
         if name == 'mobilenet_v2': feats = feats[:-1]   # 320-channel output (see above)
         strides = _dilate(feats, output_stride)
         low = max(i for i, s in enumerate(strides) if s == 4)
@@ -366,7 +369,7 @@ def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
     if not isinstance(net, EmbeddingNet): raise TypeError(f"init_backbone needs an EmbeddingNet (or a Learner of one), got {type(net).__name__}.")
     if isinstance(source, nn.Module): source = source.state_dict()
     if not isinstance(source, dict):
-        raise TypeError(f"source must be a module or a state dict, got {type(source).__name__}: load a checkpoint with torch.load first.")
+        raise TypeError(f"source must be a module or a state dict, got {type(source).__name__}: read a weights file with brefine.core.safe_load first.")
     dst = net.backbone.state_dict()
     prefix, keys = _best_prefix({k: tuple(v.shape) for k, v in source.items() if isinstance(v, torch.Tensor)},
                                 {k: tuple(v.shape) for k, v in dst.items()})
