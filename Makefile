@@ -8,6 +8,8 @@ STAMP := $(VENV)/.brefine-installed
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
+# the real data sets (CamVid, Stanford Background) that notebooks and benchmarks read in place, when present
+export BREFINE_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
 .PHONY: disk-check install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
 

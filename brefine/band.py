@@ -50,6 +50,10 @@ def _check_radius(radius) -> int:
     if radius < 0: raise ValueError(f"radius must be >= 0 (0 gives the edge pixels alone), got {radius}.")
     return int(radius)
 
+def _reach(h: int, w: int) -> int:
+    "The smallest radius that reaches every pixel of an (h, w) image from any of its pixels: ceil of the longest distance, hypot(h-1, w-1)."
+    return math.isqrt((h - 1)**2 + (w - 1)**2 - 1) + 1 if h > 1 or w > 1 else 0
+
 def disk(radius: int) -> np.ndarray:
     "uint8 (2r+1, 2r+1) structuring element, 1 at the offsets within Euclidean distance `radius` of the centre."
     r = _check_radius(radius)
@@ -80,10 +84,11 @@ def near_boundary_mask(label, radius: int = 3, ignore_index: int | None = None):
     _check_labels(lab)
     if lab.dtype == bool: lab = lab.astype(np.uint8)
     maps = lab if lab.ndim == 3 else lab[None]
-    kernel, out = disk(radius), np.zeros(maps.shape, bool)
+    full = radius >= _reach(*maps.shape[1:])               # the band reaches every pixel from any edge pixel
+    kernel, out = (None if full else disk(radius)), np.zeros(maps.shape, bool)
     for i, m in enumerate(maps):
         e = _canny_edges(m)
-        if radius and e.any(): e = cv2.dilate(e.view(np.uint8), kernel).view(bool)
+        if radius and e.any(): e = np.ones_like(e) if full else cv2.dilate(e.view(np.uint8), kernel).view(bool)
         if ignore_index is not None: e &= m != ignore_index
         out[i] = e
     out = out if lab.ndim == 3 else out[0]
@@ -125,6 +130,8 @@ def batch_band(labels, radius: int = 3, ignore_index: int | None = None):
     _check_labels(x, 'labels')
     x3 = x if x.ndim == 3 else x[None]
     band = _edges_t(x3)
-    if radius and band.numel(): band = _dilate_t(band, radius)
+    if radius and band.numel():
+        if radius >= _reach(*x3.shape[1:]): band = band.flatten(1).any(1)[:, None, None].expand_as(band).clone()  # all or nothing
+        else: band = _dilate_t(band, radius)
     if ignore_index is not None: band &= x3 != ignore_index
     return band if x.ndim == 3 else band[0]

@@ -8,17 +8,18 @@ import io, os, sys, json, time, random, warnings, contextlib
 from pathlib import Path
 import numpy as np
 import torch
+from fastcore.basics import patch
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib
-from .core import atomic_save, atomic_write, safe_load, to_numpy, default_device
+from .core import as_float, as_int, atomic_save, atomic_write, safe_load, to_numpy, default_device
 from .prototypes import _model_of
 
 # %% auto #0
 __all__ = ['CKPT_FORMAT', 'CKPT_VERSION', 'IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'rng_states', 'set_rng_states',
            'save_checkpoint', 'load_checkpoint', 'embedder_from_checkpoint', 'resume_learner', 'CheckpointCallback',
-           'StopAfter', 'train', 'prototypes', 'RefineItems', 'refine', 'evaluate', 'demo', 'main']
+           'StopAfter', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate', 'demo', 'main']
 
 # %% ../nbs/07_cli.ipynb #9ec776d2
 CKPT_FORMAT, CKPT_VERSION = 'brefine.embedder', 1
@@ -146,8 +147,24 @@ def _codes(data: Path, codes, n_classes):
     if n_classes: return [str(i) for i in range(n_classes)]
     raise ValueError(f"No class list: pass --codes FILE (one name per line), --n_classes N, or put codes.txt in {data}.")
 
-def _check_out(out: Path, force: bool):
+def _file_key(p) -> list:
+    "What identifies the file `p`: its resolved path, and its device and inode when it exists (hard links, case-insensitive names)."
+    p = Path(p); keys = [p.resolve()]
+    with contextlib.suppress(OSError): st = p.stat(); keys.append((st.st_dev, st.st_ino))
+    return keys
+
+def _check_out(out: Path, force: bool, inputs=()):
+    "Refuse to write `out` when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
+    ins = {k: p for p in inputs if p for k in _file_key(p)}
+    hit = next((ins[k] for k in _file_key(out) if k in ins), None)
+    if hit is not None: raise ValueError(f"--out {out} is the input {hit}: brefine never overwrites its inputs, even with --force. "
+                                         "Write to another file.")
     if out.exists() and not force: raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
+
+def _ints(**opts):
+    "Check whole-number options given as `name=(value, least)` with `as_int`, each error naming `--name`; None is an unset option."
+    for k, (v, lo) in opts.items():
+        if v is not None: as_int(v, f'--{k}', lo)
 
 def _distributed() -> bool:
     "Launched by torchrun / accelerate launch with more than one process?"
@@ -207,13 +224,15 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     from brefine.prototypes import _norm_stats
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
-    if stop_after is not None and stop_after < 1: raise ValueError(f"--stop_after must be at least 1, got {stop_after}.")
+    _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
+          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1))
+    as_float(lr, '--lr', 0); as_float(margin, '--margin', 0)
     ck = None
     if resume:
         if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
-    else: _check_out(out, force)
+    else: _check_out(out, force, [init_from])
     _set_local_device()
     names = ck['meta']['codes'] if ck else _codes(data, codes, n_classes)
     if ck: void, radius = ck['meta']['void'], ck['meta']['radius']
@@ -267,7 +286,8 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
     from brefine.data import dls_from_folders
     from brefine.prototypes import extract_prototypes
     from fastai.data.transforms import get_image_files
-    out, data = Path(out), Path(data); _check_out(out, force)
+    _ints(bs=(bs, 1), workers=(workers, 0))
+    out, data = Path(out), Path(data); _check_out(out, force, [checkpoint])
     ck = load_checkpoint(checkpoint); m = ck['meta']
     if not (data/split).is_dir(): raise FileNotFoundError(f"No {split}/ folder in {data}.")
     _set_local_device()
@@ -285,146 +305,322 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
         if own_group: torch.distributed.destroy_process_group()
     return out
 
+# %% ../nbs/07_cli.ipynb #ee6081bc
 IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
 
+def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
+    "An OpenCV image (H,W) or (H,W,C) in BGR(A) order as RGB (H,W,3); only 8- and 16-bit pixels."
+    if a.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"cannot read image {f}: it holds {a.dtype} pixels, and brefine reads 8- and 16-bit images. "
+                         "Save it as an 8- or 16-bit PNG.")
+    if a.ndim == 3 and a.shape[2] >= 3: return np.ascontiguousarray(a[..., 2::-1])   # BGR(A) -> RGB
+    g = a if a.ndim == 2 else a[..., 0]                                               # grey, maybe with alpha
+    return np.repeat(g[..., None], 3, axis=2)
+
+def read_image(f) -> np.ndarray:
+    "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept). Errors name the file."
+    import cv2
+    from PIL import Image
+    f = Path(f)
+    if f.stat().st_size == 0: raise ValueError(f"cannot read image {f}: the file is empty (0 bytes).")
+    if f.suffix.lower() in ('.png', '.tif', '.tiff'):       # lossless formats that can hold 16 bits
+        a = cv2.imdecode(np.fromfile(f, np.uint8), cv2.IMREAD_UNCHANGED)
+        if a is not None: return _rgb(a, f)
+    try:
+        with Image.open(f) as im: return np.asarray(im.convert('RGB'))
+    except (FileNotFoundError, PermissionError, MemoryError): raise
+    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
+
+# %% ../nbs/07_cli.ipynb #edb6dbd1
 def _score_file(scores: Path, image: Path):
     "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None."
     return next((c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()), None)
 
-def _read_scores(f: Path):
-    if f.suffix == '.npy': return np.load(f, allow_pickle=False)
-    return safe_load(f, 'score file')
+def _load_npy(f: Path) -> np.ndarray:
+    "The array in the .npy file `f`, read without unpickling anything; errors name the file."
+    try: a = np.load(f, allow_pickle=False)
+    except (FileNotFoundError, PermissionError): raise
+    except Exception as e:
+        why = ("holds Python objects (an object array), not numbers" if 'Object arrays' in str(e) else
+               "is pickled data, not a .npy array" if 'pickled' in str(e) else
+               f"is empty, truncated or not a .npy file ({type(e).__name__}: {e})")
+        raise ValueError(f"cannot read score file {f}: it {why}. Score files are read as data only, never unpickled: "
+                         "save float scores with np.save(path, scores.astype(np.float32)).") from None
+    if not isinstance(a, np.ndarray): a.close(); raise ValueError(f"{f} is an .npz archive: save each image's scores with np.save.")
+    return a
 
-def _palette(mask_dir):
+# %% ../nbs/07_cli.ipynb #6b2a372d
+def _read_scores(f: Path) -> torch.Tensor:
+    "The float (M,H,W) scores in the file `f` (.npy without unpickling, .pt with `safe_load`): never runs code from the file."
+    sc = _load_npy(f) if f.suffix.lower() == '.npy' else safe_load(f, 'score file')
+    if isinstance(sc, np.ndarray) and sc.dtype.kind == 'f': sc = torch.from_numpy(np.ascontiguousarray(sc))
+    if not isinstance(sc, torch.Tensor) or not sc.is_floating_point():
+        what = f"{sc.dtype} values" if hasattr(sc, 'dtype') else f"a {type(sc).__name__}"
+        raise ValueError(f"{f} holds {what}, not scores: save one float (M,H,W) array of probabilities or logits per image.")
+    if sc.ndim != 3: raise ValueError(f"{f} holds an array of shape {tuple(sc.shape)}: save one (M,H,W) score map per image.")
+    if not torch.isfinite(sc.sum(dtype=torch.float64)): raise ValueError(f"{f} holds NaN or inf scores: check the base model's output.")
+    return sc
+
+# %% ../nbs/07_cli.ipynb #b70b5624
+def _palette(src):
+    "The palette of the PNG `src`, or of the first PNG in the folder `src`, and that file; `(None, None)` without `src`."
     from PIL import Image
-    if mask_dir is None: return None
-    for f in sorted(Path(mask_dir).iterdir()):
-        if f.suffix.lower() == '.png':
-            im = Image.open(f)
-            return im.getpalette() if im.mode == 'P' else None
-    return None
+    if src is None: return None, None
+    src = Path(src)
+    if src.is_dir():
+        f = next((p for p in sorted(src.iterdir()) if p.suffix.lower() == '.png'), None)
+        if f is None: raise ValueError(f"--palette_from {src} holds no PNG to copy a palette from: pass a folder of palette label PNGs.")
+    elif src.is_file(): f = src
+    else: raise FileNotFoundError(f"--palette_from not found: {src}")
+    try:
+        with Image.open(f) as im: mode, pal = im.mode, im.getpalette()
+    except Exception as e: raise ValueError(f"cannot read {f} (--palette_from): {e}.") from None
+    if mode != 'P': raise ValueError(f"{f} (--palette_from) has no palette (mode {mode}): pass palette label PNGs (mode P), "
+                                     "or drop --palette_from to write plain label PNGs.")
+    return pal, f
 
+# %% ../nbs/07_cli.ipynb #d96f7542
 def _write_png(labels: np.ndarray, fname: Path, palette=None):
+    "Write the label map `labels` (H,W) to `fname` atomically: 8-bit (with `palette` when given), 16-bit when a label exceeds 255."
     from PIL import Image
-    if labels.max(initial=0) > 255 and palette is None: im = Image.fromarray(labels.astype(np.uint16))
+    top = int(labels.max(initial=0))
+    if top > 65535 or (palette is not None and top > 255):
+        raise ValueError(f"label {top} does not fit a {'palette' if palette is not None else '16-bit'} PNG ({fname}).")
+    if top > 255: im = Image.fromarray(labels.astype(np.uint16))
     else:
         im = Image.fromarray(labels.astype(np.uint8))
         if palette: im = im.convert('P'); im.putpalette(palette)
     with atomic_write(fname, 'wb') as f: im.save(f, format='PNG')
 
+# %% ../nbs/07_cli.ipynb #2374e85b
 class RefineItems(torch.utils.data.Dataset):
-    "Images of a folder with their saved base scores (or none, when a model computes them): items for a `DataLoader`."
-    def __init__(self, files, scores=None):
-        self.files, self.scores = list(files), None if scores is None else Path(scores)
+    "Images with their saved scores (a folder of `<stem>.npy`/`.pt`, or a list of score files; None when a model computes them), for a `DataLoader`."
+    def __init__(self, files, scores=None, n_classes: int|None = None):
+        self.files, self.n_classes = [Path(f) for f in files], n_classes
+        self.scores = scores if scores is None else [Path(s) for s in scores] if isinstance(scores, (list, tuple)) else Path(scores)
     def __len__(self): return len(self.files)
-    def __getitem__(self, i):
-        from PIL import Image
-        f = self.files[i]
-        img = torch.from_numpy(np.asarray(Image.open(f).convert('RGB')).copy())
-        if self.scores is None: return i, img, None
-        sf = _score_file(self.scores, f)
+    def score_file(self, i) -> Path:
+        "The score file of image `i`."
+        if isinstance(self.scores, list): return self.scores[i]
+        f = self.files[i]; sf = _score_file(self.scores, f)
         if sf is None: raise FileNotFoundError(f"No scores for {f.name}: expected {f.stem}.npy or {f.stem}.pt in {self.scores}.")
-        sc = _read_scores(sf)
-        sc = torch.from_numpy(np.ascontiguousarray(sc)) if isinstance(sc, np.ndarray) else sc
-        if not isinstance(sc, torch.Tensor): raise ValueError(f"{sf} does not hold a score array (M,H,W).")
-        if sc.ndim != 3 or sc.shape[-2:] != img.shape[:2]:
-            raise ValueError(f"{sf} holds scores of shape {tuple(sc.shape)} for a {img.shape[0]}x{img.shape[1]} image: "
+        return sf
+    def __getitem__(self, i):
+        f = self.files[i]; img = read_image(f)
+        if self.scores is None: return i, img, None
+        sf = self.score_file(i); sc = _read_scores(sf)
+        if sc.shape[-2:] != img.shape[:2]:
+            raise ValueError(f"{sf} holds scores of shape {tuple(sc.shape)} for the {img.shape[0]}x{img.shape[1]} image {f}: "
                              "save one (M,H,W) score map per image, at the image's size.")
+        if self.n_classes is not None and sc.shape[0] != self.n_classes:
+            raise ValueError(f"{sf} holds scores for {sc.shape[0]} classes but the prototypes have {self.n_classes}: use the "
+                             "scores of the base model whose classes the prototypes were extracted for, in the same order.")
         return i, img, sc
 
-def _same_size_groups(items):
-    "Collate: the batch's items grouped by image size, each group stacked (images of one size refine as one batch)."
+# %% ../nbs/07_cli.ipynb #d67d4909
+@patch
+def collate(self: RefineItems, items) -> list:
+    "A batch as groups of images of one size and depth, each stacked: `[(indices, images (B,H,W,3), scores (B,M,H,W) or None)]`."
+    m = {int(sc.shape[0]): i for i, _, sc in items if sc is not None}
+    if len(m) > 1:
+        (ma, a), (mb, b) = list(m.items())[:2]
+        raise ValueError(f"{self.score_file(a)} holds scores for {ma} classes but {self.score_file(b)} for {mb}: every "
+                         "score file must hold the same classes, in the same order.")
     groups = {}
-    for it in items: groups.setdefault(tuple(it[1].shape), []).append(it)
-    return [(torch.tensor([i for i, *_ in g]), torch.stack([im for _, im, _ in g]),
+    for it in items: groups.setdefault((it[1].shape, it[1].dtype), []).append(it)
+    return [(torch.tensor([i for i, *_ in g]), np.stack([im for _, im, _ in g]),
              None if g[0][2] is None else torch.stack([sc for *_, sc in g])) for g in groups.values()]
 
-def refine(images: str,               # folder of images (or one image file)
-           scores: str,               # folder of base scores named like the images (.npy or .pt, (M,H,W)), or a model file
-           out: str,                  # folder for the refined label PNGs
-           bundle: str = None,        # Refiner bundle folder (Refiner.save)
-           checkpoint: str = None,    # or: embedder checkpoint ...
-           protos: str = None,        # ... plus prototypes file
-           top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
-           radius: int = None,        # band radius (default: the bundle's / the prototypes')
-           vote: int = None,          # majority-vote window, odd (default: the bundle's, else none)
-           palette_from: str = None,  # folder of label PNGs whose palette the outputs copy
-           bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
-           workers: int = 0,          # DataLoader worker processes reading images and scores
-           skip_existing: bool = False, # leave outputs that exist alone (continue an interrupted job)
-           force: bool = False):      # overwrite existing outputs
-    "Refine a base model's saved predictions for a folder of images through a DataLoader; write label PNGs."
-    from brefine.inference import Refiner
-    from brefine.prototypes import Prototypes
-    images, scores, out = Path(images), Path(scores), Path(out)
-    if bs < 1: raise ValueError(f"--bs must be at least 1, got {bs}.")
-    if bundle: ref = Refiner.load(bundle)
-    elif checkpoint and protos: ref = Refiner(embedder_from_checkpoint(checkpoint), Prototypes.load(protos))
-    else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
-    if top_n: ref.top_n = top_n
-    if radius is not None: ref.radius = radius
-    if vote is not None: ref.vote = vote
-    ref.to(default_device())
+# %% ../nbs/07_cli.ipynb #2596c95c
+def _refine_inputs(images: Path, scores, learner):
+    "The image files to refine and the score file of each (None where missing; no list when `learner` computes the scores)."
     files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
     if files is None: raise FileNotFoundError(f"Images not found: {images}")
     if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}.")
-    model = None
-    if scores.is_file():
-        from fastai.learner import load_learner
-        model = load_learner(scores, cpu=not torch.cuda.is_available()).model.eval()
-    elif not scores.is_dir(): raise FileNotFoundError(f"Scores not found: {scores}")
+    if learner is not None:
+        if str(scores) != '-': raise ValueError(f"With --learner its model computes the scores: pass '-' as SCORES, not {scores}.")
+        if not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
+        return files, None
+    if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by a model, but no --learner was given: pass a folder "
+                                            "of saved scores, or --learner FILE.")
+    scores = Path(scores)
+    if scores.is_dir(): return files, [_score_file(scores, f) for f in files]
+    if not scores.is_file(): raise FileNotFoundError(f"Scores not found: {scores}")
+    if not images.is_file(): raise ValueError(f"SCORES {scores} is one file but IMAGES {images} is a folder: pass a folder of "
+                                              "score files named like the images.")
+    if scores.suffix.lower() not in ('.npy', '.pt'):
+        raise ValueError(f"SCORES {scores} is not a score file (.npy or .pt holding one (M,H,W) array); it is never opened as a "
+                         "model. To compute the scores with an exported fastai Learner pass '-' as SCORES and --learner FILE.")
+    return files, [scores]
+
+# %% ../nbs/07_cli.ipynb #98a7bec2
+def _check_outputs(files, dsts, inputs):
+    "Refuse, before any work, two images that would write the same output, and an output that would replace one of `inputs`."
+    first = {}
+    for f, d in zip(files, dsts):
+        k = d.resolve()
+        if k in first: raise ValueError(f"{first[k]} and {f} would both be written to {d}: rename one of them, or refine them "
+                                        "into separate folders.")
+        first[k] = f
+    known = {k: p for p in inputs for k in _file_key(p)}
+    for d in dsts:
+        hit = next((known[k] for k in _file_key(d) if k in known), None)
+        if hit is not None: raise ValueError(f"The output {d} would replace the input {hit}: brefine never overwrites its inputs, "
+                                             "even with --force. Write the label maps to another folder (OUT).")
+
+# %% ../nbs/07_cli.ipynb #451aba67
+def _refiner(bundle, checkpoint, protos, top_n, radius, vote):
+    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the settings given as options."
+    from brefine.inference import Refiner
+    from brefine.prototypes import Prototypes
+    if bundle: ref = Refiner.load(bundle)
+    elif checkpoint and protos: ref = Refiner(embedder_from_checkpoint(checkpoint), Prototypes.load(protos))
+    else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    n = ref.prototypes.n_classes
+    if top_n is not None: ref.top_n = as_int(top_n, '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
+    if radius is not None: ref.radius = radius
+    if vote is not None: ref.vote = vote
+    return ref
+
+# %% ../nbs/07_cli.ipynb #2435d989
+def _load_learner(fname):
+    "The model of the exported fastai Learner in `fname`, in eval mode. This unpickles the file, which can run code: only for trusted files."
+    from fastai.learner import load_learner
+    try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
+    except (FileNotFoundError, PermissionError): raise
+    except Exception as e:
+        raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass a file written by learn.export().") from None
+    if not isinstance(getattr(learn, 'model', None), torch.nn.Module):
+        raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
+    return learn.model.eval()
+
+def _make_dir(d: Path):
+    "Create the folder `d` (with its parents), or raise an error that names it and the fix."
+    try: d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError: raise NotADirectoryError(f"{d} is a file: pass a folder for the outputs.") from None
+    except OSError as e: raise type(e)(e.errno, f"cannot create the folder {d}: {e.strerror}. Choose a folder you can write to.") from None
+
+# %% ../nbs/07_cli.ipynb #f849e23d
+def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4, workers: int = 0) -> int:
+    "Refine `items` `bs` at a time, writing each label map to its `dsts` entry as soon as it is done: the number of files written."
+    dl = torch.utils.data.DataLoader(items, batch_size=bs, num_workers=workers, collate_fn=items.collate)
+    n = 0
+    for groups in progress_bar(dl, total=len(dl)):
+        for idx, imgs, sc in groups:
+            lab = ref(imgs, model if model is not None else sc)
+            for i, l in zip(idx.tolist(), to_numpy(lab)): _write_png(l, dsts[i], palette); n += 1
+    return n
+
+# %% ../nbs/07_cli.ipynb #c026ea19
+def refine(images: str,               # folder of images (or one image file)
+           scores: str,               # folder of saved base scores named like the images (.npy or .pt, (M,H,W)); one score file for one image; '-' with --learner
+           out: str,                  # folder for the refined label PNGs (an output never replaces an input)
+           bundle: str = None,        # Refiner bundle folder (Refiner.save)
+           checkpoint: str = None,    # or: embedder checkpoint ...
+           protos: str = None,        # ... plus prototypes file
+           learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'); loading it unpickles the file, which can run arbitrary code: use only files you trust
+           top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
+           radius: int = None,        # band radius (default: the bundle's / the prototypes')
+           vote: int = None,          # majority-vote window: 0 (none) or odd (default: the bundle's, else none)
+           palette_from: str = None,  # label PNG, or folder of them, whose palette the outputs copy (at most 256 classes)
+           bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
+           workers: int = 0,          # DataLoader worker processes reading images and scores
+           skip_existing: bool = False, # leave outputs that exist alone (continue an interrupted job)
+           force: bool = False):      # overwrite existing outputs (never the inputs)
+    "Refine a base model's predictions for a folder of images through a DataLoader; write label PNGs."
+    _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0))
+    if vote and vote % 2 == 0: raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
+    images, out = Path(images), Path(out)
+    files, sfs = _refine_inputs(images, scores, learner)
+    if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
+    ref = _refiner(bundle, checkpoint, protos, top_n, radius, vote)
+    pal, pal_file = _palette(palette_from)
+    if pal is not None and ref.prototypes.n_classes > 256:
+        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "
+                         "classes. Drop --palette_from to write 16-bit label PNGs.")
     dsts = [out/(f.stem + '.png') for f in files]
+    used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
+    _check_outputs(files, dsts, files + [Path(p) for p in used if p])
     exist = [d for d in dsts if d.exists()]
     if exist and not (force or skip_existing):
         raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass --force to overwrite them "
                               "or --skip_existing to keep them.")
-    if skip_existing and not force: files = [f for f, d in zip(files, dsts) if not d.exists()]
-    if model is None:
-        miss = [f for f in files if _score_file(scores, f) is None]
-        if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
-                                         f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
-    out.mkdir(parents=True, exist_ok=True)
-    pal = _palette(palette_from)
-    dl = torch.utils.data.DataLoader(RefineItems(files, None if model is not None else scores), batch_size=bs,
-                                     num_workers=workers, collate_fn=_same_size_groups)
-    for groups in progress_bar(dl, total=len(dl)):
-        for idx, imgs, sc in groups:
-            lab = ref(imgs.numpy(), model if model is not None else sc)
-            for i, l in zip(idx.tolist(), to_numpy(lab)): _write_png(l, out/(files[i].stem + '.png'), pal)
-    print(f"wrote {len(files)} refined label maps to {out}")
+    todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
+    miss = [files[i] for i in todo if sfs is not None and sfs[i] is None]
+    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(todo)} images, e.g. {miss[0].name}: expected "
+                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+    model = _load_learner(learner) if learner else None
+    _make_dir(out)
+    items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
+    n = _refine_all(ref.to(default_device()), items, [dsts[i] for i in todo], model, pal, bs, workers)
+    print(f"wrote {n} refined label maps to {out}" + (f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''))
     return out
 
+# %% ../nbs/07_cli.ipynb #af1545e3
+def _read_labels(f: Path) -> np.ndarray:
+    "The label map in the PNG `f` as int64 (H,W): 8-bit, palette or 16-bit; errors name the file."
+    from PIL import Image
+    try:
+        with Image.open(f) as im: mode, a = im.mode, np.asarray(im)
+    except (FileNotFoundError, PermissionError): raise
+    except Exception as e: raise ValueError(f"cannot read label map {f}: {e}.") from None
+    if a.ndim != 2 or a.dtype.kind not in 'biu':
+        raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")
+    return a.astype(np.int64)
+
+def _check_maps(maps: dict, dirs: dict, names: list, n_classes: int, void=None):
+    "Refuse, naming the files, a label map whose size differs from its ground truth's, or a label outside 0..n_classes-1 (but `void`)."
+    for k, ms in maps.items():
+        for n, a, g in zip(names, ms, maps['gts']):
+            if a.shape != g.shape: raise ValueError(f"{dirs[k]/n} is {a.shape[1]}x{a.shape[0]} but its ground truth {dirs['gts']/n} is "
+                                                    f"{g.shape[1]}x{g.shape[0]}: label maps must have the size of their ground truth.")
+            bad = ((a < 0) | (a >= n_classes)) & (True if void is None else g != void)
+            if bad.any(): raise ValueError(f"{dirs[k]/n} holds label {int(a[bad][0])}, outside 0..{n_classes - 1} for --n_classes "
+                                           f"{n_classes}" + ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
+
+# %% ../nbs/07_cli.ipynb #9797addb
+def _save_figures(figs: dict, folder: Path):
+    "Write each matplotlib figure of `figs` to `folder/<name>.png`, and close it."
+    import matplotlib.pyplot as plt
+    _make_dir(folder)
+    for k, fig in figs.items():
+        with atomic_write(folder/f'{k}.png', 'wb') as f: fig.savefig(f, format='png', dpi=90)
+        plt.close(fig)
+
+# %% ../nbs/07_cli.ipynb #b53b0778
 def evaluate(preds: str,              # folder of predicted label PNGs
              gts: str,                # folder of ground-truth label PNGs with the same names
              n_classes: int = None,   # number of classes (required)
              void: int = None,        # void label in the ground truth
              base: str = None,        # optional folder of base predictions to compare against
              tolerance: float = 3,    # boundary F tolerance (pixels)
-             plots: str = None):      # write the figures into this folder
+             plots: str = None):      # write the figures into this folder (not one of the label folders)
     "Score predictions against ground truth: mIoU, boundary IoU, boundary F, trimap IoU."
-    from PIL import Image
     from brefine.metrics import evaluate as _evaluate
-    if not n_classes: raise ValueError("Pass --n_classes N: the number of classes in the label maps.")
-    preds, gts = Path(preds), Path(gts)
-    for p in (preds, gts) + ((Path(base),) if base else ()):
-        if not Path(p).is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
-    names = sorted(f.name for f in preds.iterdir() if f.suffix.lower() == '.png')
-    if not names: raise ValueError(f"No PNG predictions in {preds}.")
-    miss = [n for n in names if not (gts/n).exists()]
-    if miss: raise FileNotFoundError(f"{len(miss)} predictions have no ground truth in {gts}, e.g. {miss[0]}.")
-    rd = lambda d, n: np.asarray(Image.open(Path(d)/n)).astype(np.int64)
-    P, G = [rd(preds, n) for n in names], [rd(gts, n) for n in names]
-    B = [rd(base, n) for n in names] if base else None
+    if n_classes is None: raise ValueError("Pass --n_classes N: the number of classes in the label maps.")
+    n_classes, tolerance = as_int(n_classes, '--n_classes', 1), as_float(tolerance, '--tolerance', 0)
+    _ints(void=(void, 0))
+    dirs = {k: Path(p) for k, p in dict(preds=preds, gts=gts, base=base).items() if p is not None}
+    for p in dirs.values():
+        if not p.is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
+    if plots and Path(plots).resolve() in {p.resolve() for p in dirs.values()}:
+        raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a folder of their own.")
+    names = sorted(f.name for f in dirs['preds'].iterdir() if f.suffix.lower() == '.png')
+    if not names: raise ValueError(f"No PNG predictions in {dirs['preds']}.")
+    for k in [k for k in dirs if k != 'preds']:
+        miss = [n for n in names if not (dirs[k]/n).exists()]
+        if miss: raise FileNotFoundError(f"{len(miss)} predictions have no {'ground truth' if k == 'gts' else 'base prediction'} "
+                                         f"in {dirs[k]}, e.g. {miss[0]}.")
+    maps = {k: [_read_labels(d/n) for n in names] for k, d in dirs.items()}
+    _check_maps(maps, dirs, names, n_classes, void)
+    P, G, B = maps['preds'], maps['gts'], maps.get('base')
     res = _evaluate(G, B if B is not None else P, P if B is not None else None, n_classes=n_classes, ignore_index=void,
                     tolerance=tolerance, plot=bool(plots))
-    table = res['table'] if isinstance(res, dict) else res
-    print(table)
-    if plots:
-        Path(plots).mkdir(parents=True, exist_ok=True)
-        for k, fig in (res.get('figures') or {}).items():
-            with atomic_write(Path(plots)/f'{k}.png', 'wb') as f: fig.savefig(f, format='png', dpi=90)
+    print(res.table)
+    if plots: _save_figures(res.figures, Path(plots))
     return res
 
+# %% ../nbs/07_cli.ipynb #f55fcb5c
 def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
          quick: bool = False):        # a smaller, faster run
     "The end-to-end job on synthetic scenes: base model, brefine, before/after table and figure."
@@ -434,7 +630,7 @@ def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
 
 # %% ../nbs/07_cli.ipynb #ffbe6b71
 COMMANDS = dict(train=train, prototypes=prototypes, refine=refine, evaluate=evaluate, demo=demo)
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError, OSError)
 
 def main(argv=None) -> int:
     "Entry point of the `brefine` command."

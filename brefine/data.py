@@ -5,6 +5,7 @@
 # %% ../nbs/02_data.ipynb #6b425d76
 from __future__ import annotations
 import math, random, inspect
+from collections import Counter
 from typing import Callable
 from pathlib import Path
 import numpy as np
@@ -16,15 +17,63 @@ from fastai.torch_core import TensorImage, TensorMask, show_image
 from fastai.data.transforms import (Transform, ItemTransform, IntToFloatTensor, Normalize, get_image_files,
                                     FuncSplitter, RandomSplitter)
 from fastai.data.block import TransformBlock, DataBlock
-from fastai.vision.core import PILBase, PILMask, image2tensor, imagenet_stats
+from fastai.vision.core import PILBase, PILImage, PILMask, AddMaskCodes, image2tensor, imagenet_stats, load_image
 from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_transforms
-from fastai.vision.data import ImageBlock, MaskBlock
 from torchvision.transforms.functional import gaussian_blur
+from fastcore.basics import store_attr, patch
+from fastai.data.core import DataLoaders
 from .band import batch_band, near_boundary_mask
 
 # %% auto #0
 __all__ = ['SYNTH_CODES', 'CAMVID_CODES', 'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock',
-           'synthetic_scene', 'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func']
+           'synthetic_scene', 'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func', 'SegData', 'camvid',
+           'stanford_background']
+
+# %% ../nbs/02_data.ipynb #c81c8d5c
+def _image_pixels(im: Image.Image, fn) -> Image.Image:
+    "The PIL image `im` (read from `fn`) with 8-bit channels: 16-bit grayscale scaled by 1/257, float refused."
+    if im.mode == 'F':
+        raise ValueError(f"image {fn} has float pixels (PIL mode F), whose scale is unknown: save it as an 8-bit RGB image.")
+    if im.mode not in ('I', 'I;16', 'I;16L', 'I;16B', 'I;16N'): return im
+    a = np.asarray(im)
+    if a.size and (a.min() < 0 or a.max() > 65535):
+        raise ValueError(f"image {fn} has 32-bit pixels outside 0..65535: save it as an 8-bit (or 16-bit) image.")
+    return Image.fromarray((a.astype(np.float32) / 257).round().astype(np.uint8), 'L')
+
+def _mask_pixels(im: Image.Image, fn) -> Image.Image:
+    "The PIL mask `im` (read from `fn`) as an 'L' image of its class indices, or an error that names the file."
+    if im.mode == 'L': return im
+    if im.mode == 'F': raise ValueError(f"mask {fn} has float pixels (PIL mode F): save masks as 8-bit PNGs of class indices.")
+    a = np.asarray(im)                                     # palette: the indices; '1': bool; 16/32-bit: the values
+    if im.mode in ('LA', 'La', 'PA'): a = a[..., 0]
+    elif a.ndim == 3:
+        c = a[..., :3]
+        if (c != c[..., :1]).any():
+            raise ValueError(f"mask {fn} is a colour-coded {im.mode} image: brefine needs masks of class indices. "
+                             "Map each colour to its class index and save the masks as 8-bit grayscale PNGs.")
+        a = c[..., 0]
+    if a.size and (a.min() < 0 or a.max() > 255):
+        raise ValueError(f"mask {fn} holds label {int(a.max() if a.max() > 255 else a.min())}, outside the 0..255 of an 8-bit mask "
+                         "(fastai's masks are 8-bit): renumber the classes below 256 and save the masks as 8-bit PNGs.")
+    return Image.fromarray(a.astype(np.uint8), 'L')
+
+def _open(cls, fn, what: str):
+    "`cls.create(fn)`; a file is read with `_image_pixels`/`_mask_pixels`, and an unreadable one is an error that names it."
+    if not isinstance(fn, (str, Path)): return cls.create(fn)
+    try: im = load_image(fn)
+    except (OSError, SyntaxError, ValueError) as e:       # PIL on empty, corrupt or truncated files
+        raise ValueError(f"cannot read the {what} file {fn} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no details'}): "
+                         "it is empty, corrupt or truncated. Replace it, or remove it with its image or mask.") from None
+    im = _image_pixels(im, fn) if what == 'image' else _mask_pixels(im, fn)
+    return cls.create(im.convert(cls._open_args['mode']))
+
+def _open_image(fn) -> PILImage:
+    "An image file (or array, tensor, PIL image) as a fastai `PILImage`, read by `_open`."
+    return _open(PILImage, fn, 'image')
+
+def _open_mask(fn) -> PILMask:
+    "A mask file (or array, tensor, PIL image) as a fastai `PILMask` of class indices, read by `_open`."
+    return _open(PILMask, fn, 'mask')
 
 # %% ../nbs/02_data.ipynb #0372ea16
 class TensorBand(TensorMask):
@@ -47,8 +96,8 @@ class PILBand(PILMask):
     "The label map opened once more, to become the band after augmentation (converts to `TensorBand`)."
     @classmethod
     def create(cls, fn, **kwargs):
-        "Open `fn` (file, array, tensor or PIL image) like `PILMask.create`, as a `PILBand`."
-        return cls(PILMask.create(fn, **kwargs))       # fastai's PILMask.create is a Transform that makes a PILMask
+        "Open `fn` (file, array, tensor or PIL image) like `PILMask.create`, as a `PILBand`; a file is read like the mask (`_open_mask`)."
+        return cls(_open_mask(fn) if not kwargs else PILMask.create(fn, **kwargs))
     def show(self, ctx=None, **kwargs): return TensorBand(image2tensor(self)[0]).show(ctx=ctx, **kwargs)
 
 PILBand._tensor_cls = TensorBand
@@ -135,7 +184,10 @@ def band_dblock(codes: list,                      # class names (the `MaskBlock`
                            max_warp=0., p_affine=p_zoom)
     if blur: btfms.append(RandomBlur(p=p_blur, max_sigma=max_sigma))
     if stats is not None: btfms.append(Normalize.from_stats(*stats))
-    return DataBlock(blocks=(ImageBlock, MaskBlock(codes), BandBlock(radius, ignore_index)), n_inp=1,
+    blocks = (TransformBlock(type_tfms=_open_image, batch_tfms=IntToFloatTensor),                             # ImageBlock and
+              TransformBlock(type_tfms=_open_mask, item_tfms=AddMaskCodes(codes=codes), batch_tfms=IntToFloatTensor),  # MaskBlock, our readers
+              BandBlock(radius, ignore_index))
+    return DataBlock(blocks=blocks, n_inp=1,
                      get_items=get_items, get_y=[get_y, get_y], splitter=splitter,
                      item_tfms=itfms + list(item_tfms or []), batch_tfms=btfms + list(batch_tfms or []))
 
@@ -217,16 +269,30 @@ class _InFolder:
     def __init__(self, name): self.name = name
     def __call__(self, f): return Path(f).parent.name == self.name
 
+def _header(f, what: str):
+    "(size, None) from the header of image file `f`, or (None, why it cannot be used): no pixels are decoded."
+    if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
+    try:
+        with Image.open(f) as im: size, mode = im.size, im.mode
+    except (OSError, SyntaxError, ValueError): return None, f"{what} {f} is not an image file PIL can read (corrupt, or not an image)"
+    if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
+    return size, None
+
 def _check_pairs(fnames, label_func):
-    missing, wrong = [], []
+    missing, wrong, bad = [], [], []
     for f in fnames:
         m = Path(label_func(f))
         if not m.is_file(): missing.append(f'{f} -> {m}'); continue
-        with Image.open(f) as a, Image.open(m) as b:
-            if a.size != b.size: wrong.append(f'{f} {a.size} vs {m} {b.size}')
+        (a, why_a), (b, why_b) = _header(Path(f), 'image'), _header(m, 'mask')
+        bad += [o for o in (why_a, why_b) if o]
+        if a and b and a != b: wrong.append(f'{f} {a} vs {m} {b}')
     if missing:
         raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. " + '; '.join(missing[:3]) +
                                 ". Add the masks, remove those images, or fix the mask folder/label function.")
+    if bad:
+        raise ValueError(f"{len(bad)} {'file' if len(bad) == 1 else 'files'} cannot be used: " + '; '.join(bad[:3]) +
+                         ('; ...' if len(bad) > 3 else '') + ". Replace each with a readable 8-bit image, or a mask of class "
+                         "indices, or remove it together with its image or mask.")
     if wrong:
         raise ValueError(f"{len(wrong)} masks differ in size (width, height) from their images, e.g. " + '; '.join(wrong[:3]) +
                          ". Every mask must have the size of its image.")
@@ -270,3 +336,80 @@ def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: fl
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func, splitter=RandomSplitter(valid_pct, seed), **dkw)
     return _dataloaders(dblock, fnames, bs, **lkw)
+
+# %% ../nbs/02_data.ipynb #e1271896
+class _InSet:
+    "Is the file one of `files`? (a class: picklable)"
+    def __init__(self, files): self.files = {Path(f) for f in files}
+    def __call__(self, f): return Path(f) in self.files
+
+class _Relocate:
+    "Image file -> the file of the same stem in `folder`, with suffix `suffix` (a class: picklable)."
+    def __init__(self, folder, suffix): self.folder, self.suffix = Path(folder), suffix
+    def __call__(self, f): return self.folder/(Path(f).stem + self.suffix)
+
+def _need(path: Path, what: str) -> Path:
+    if not path.exists(): raise FileNotFoundError(f"{path} not found: {what}.")
+    return path
+
+# %% ../nbs/02_data.ipynb #7024cb58
+class SegData:
+    "A segmentation data set on disk: the image files of each split, each image's label file, the class names and the void label."
+    def __init__(self, name: str, splits: dict, label_func: Callable, codes: list, void: int | None = None):
+        store_attr()
+        for k, fs in splits.items():
+            if not fs: raise FileNotFoundError(f"{name}: the {k} split has no images.")
+    @property
+    def n_classes(self) -> int: return len(self.codes)
+    def files(self, split: str) -> list: return self.splits[split]
+    def read(self, f) -> tuple:
+        "(uint8 RGB image (H,W,3), uint8 label map (H,W)) of image file `f`, at its own size."
+        img, lbl = np.array(Image.open(f).convert('RGB')), np.array(Image.open(self.label_func(f)))
+        if img.shape[:2] != lbl.shape: raise ValueError(f"{f} is {img.shape[1]}x{img.shape[0]} but its label map is {lbl.shape[1]}x{lbl.shape[0]}.")
+        return img, lbl
+    def __repr__(self): return f"SegData({self.name!r}, {', '.join(f'{k} {len(v)}' for k, v in self.splits.items())}, {self.n_classes} classes, void {self.void})"
+
+# %% ../nbs/02_data.ipynb #8c9b765e
+@patch
+def train_size(self: SegData) -> tuple:
+    "(H, W) of training batches: the most common size among the training images (all of them, when they agree)."
+    sizes = Counter(Image.open(f).size[::-1] for f in self.files('train'))
+    return max(sizes, key=lambda s: (sizes[s], s))
+
+@patch
+def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
+    "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
+    train, valid = self.files('train'), self.files('val')
+    sizes = {Image.open(f).size for f in train + valid}
+    size = size or (self.train_size() if len(sizes) > 1 else None)
+    dkw, lkw = _split_kwargs(kw)
+    dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func, splitter=FuncSplitter(_InSet(valid)), **dkw)
+    return _dataloaders(dblock, train + valid, bs, **lkw)
+
+@patch
+def subset(self: SegData, **n) -> SegData:
+    "The same data set with only the first `n[split]` images of the named splits (quick runs)."
+    return SegData(self.name, {k: fs[:n.get(k, len(fs))] for k, fs in self.splits.items()}, self.label_func, self.codes, self.void)
+
+# %% ../nbs/02_data.ipynb #4217b85f
+def camvid(root) -> SegData:
+    "CamVid in the SegNet layout: `root`/{train,val,test} images and {train,val,test}annot label maps, 11 classes, void 11."
+    root = Path(root)
+    splits = {s: sorted(get_image_files(_need(root/s, 'expected the SegNet layout (train/, trainannot/, val/, ...)'), recurse=False))
+              for s in ('train', 'val', 'test')}
+    return SegData('CamVid', splits, _MaskPath('annot'), CAMVID_CODES[:-1], void=11)
+
+# %% ../nbs/02_data.ipynb #d4aaa342
+def stanford_background(root, valid_pct: float = 0.15, seed: int = 0) -> SegData:
+    "Stanford Background: `root`/images/*.jpg, labels/*.png (8 classes, void 255), split/{train,test}.txt; val is a seeded `valid_pct` of train."
+    root = Path(root)
+    ids = {s: _need(root/'split'/f'{s}.txt', 'expected split/train.txt and split/test.txt').read_text().split() for s in ('train', 'test')}
+    codes = [l.split(maxsplit=1)[1] for l in _need(root/'classes.txt', 'expected classes.txt').read_text().splitlines()
+             if l.strip() and l.split()[0] != '255']
+    order = np.random.default_rng(seed).permutation(len(ids['train']))
+    n_val = round(valid_pct * len(ids['train']))
+    val = set(np.array(ids['train'])[order[:n_val]].tolist())
+    img = lambda i: root/'images'/f'{i}.jpg'
+    splits = dict(train=[img(i) for i in ids['train'] if i not in val], val=[img(i) for i in ids['train'] if i in val],
+                  test=[img(i) for i in ids['test']])
+    return SegData('Stanford Background', splits, _Relocate(root/'labels', '.png'), codes, void=255)

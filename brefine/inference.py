@@ -306,11 +306,11 @@ def calibrate(embedder,                       # the embedder (or Learner)
               probs,                          # their base scores (list/batch), or the base model
               gts,                            # ground-truth label maps (H,W) per image
               *,                              # the rest by name only
-              radii=(2, 4, 6, 10, 14),        # band radii to try
-              top_ns=(2, 3, 5),               # candidate counts to try
+              radii=(4, 6, 8, 10, 14, 18),    # band radii to try (the default grid is the benchmarks')
+              top_ns=(2, 3),                  # candidate counts to try
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
-              votes=(0, 9),                   # majority-vote windows to try (0: none)
+              votes=(0, 5, 9, 11),            # majority-vote windows to try (0: none)
               min_probs=(0.,),                # least base probabilities of a candidate to try (0: any of the top-N)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`

@@ -9,7 +9,8 @@ from collections import namedtuple
 import numpy as np
 import cv2
 import torch
-from .core import to_numpy
+from .core import to_numpy, as_int, as_float
+from .band import _edges_t, _reach
 
 # %% auto #0
 __all__ = ['Evaluation', 'confusion_matrix', 'mean_iou', 'mask_boundary', 'boundary_iou', 'boundary_f1', 'trimap_mask',
@@ -38,12 +39,18 @@ def _as_maps(x, name: str) -> list:
     return maps
 
 # %% ../nbs/06_metrics.ipynb #1ebfc243
+_MAX_CLASSES = 2**14   # a confusion matrix of n_classes² counts: 2 GiB at this size
+
+def _classes(n_classes, ignore_index) -> tuple:
+    "`n_classes` and `ignore_index` checked, as Python ints (`ignore_index` may be None)."
+    n = as_int(n_classes, 'n_classes', lo=1, hi=_MAX_CLASSES,
+               hint=' It is the number of real classes (labels 0..n_classes-1); the metrics keep n_classes² counts.')
+    ig = None if ignore_index is None else as_int(ignore_index, 'ignore_index', hint=' It is the label of void pixels (e.g. 255), or None.')
+    return n, ig
+
 def _pairs(preds, gts, n_classes, ignore_index, names=('preds', 'gts')) -> list:
     "Checked list of (pred, gt) 2-D numpy pairs."
-    if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)) or n_classes < 1:
-        raise ValueError(f"n_classes must be a positive int (the number of real classes), got {n_classes!r}.")
-    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
-        raise TypeError(f"ignore_index must be an int label value or None, got {ignore_index!r}.")
+    _classes(n_classes, ignore_index)
     pn, gn = names
     P, G = _as_maps(preds, pn), _as_maps(gts, gn)
     if len(P) != len(G):
@@ -104,16 +111,15 @@ def _disk(r) -> np.ndarray:
 
 def _band(m, width, border) -> np.ndarray:
     "Inner band of uint8 0/1 mask `m`: `m` minus its erosion by a (2*width+1) square."
+    if width >= max(m.shape):                   # the square covers the whole mask from any pixel (and leaves the image)
+        return m > 0 if border or not m.all() else np.zeros(m.shape, bool)
     k = cv2.getStructuringElement(cv2.MORPH_RECT, (2*width+1, 2*width+1))
     er = cv2.erode(m, k, borderType=cv2.BORDER_CONSTANT, borderValue=0) if border else cv2.erode(m, k)  # default border: no erosion
     return m > er
 
 def _edges4(g) -> np.ndarray:
-    "Pixels of label map `g` that have a 4-neighbour with a different label (both sides of every change)."
-    b = np.zeros(g.shape, bool)
-    dv, dh = g[1:] != g[:-1], g[:, 1:] != g[:, :-1]
-    b[1:] |= dv; b[:-1] |= dv; b[:, 1:] |= dh; b[:, :-1] |= dh
-    return b
+    "Pixels of label map `g` that have a 4-neighbour with a different label (both sides of every change): the band's edge pixels."
+    return _edges_t(torch.from_numpy(g if min(g.strides, default=0) >= 0 else g.copy())).numpy()   # torch takes no negative strides
 
 def _bbox(m):
     "Slices of the bounding box of bool mask `m`, grown by one pixel and clipped to the image."
@@ -135,8 +141,9 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
     if d_ratio is not None: biou = out['biou'] = np.zeros((2, n), np.int64)      # intersections, unions
     if tol is not None: bf = out['bf'] = np.zeros((2, n))                         # sum of F, number of (image, class) pairs
     if d_ratio is not None or tol is not None:
-        d = max(1, int(round(d_ratio * math.hypot(h, w)))) if d_ratio is not None else None
-        disk = _disk(_tol_px(tol, h, w)) if tol is not None else None
+        d = max(1, int(round(min(d_ratio * math.hypot(h, w), max(h, w))))) if d_ratio is not None else None  # wider: the whole mask
+        r = min(_tol_px(tol, h, w), _reach(h, w)) if tol is not None else None   # farther: every pixel matches
+        disk = None
         for c in np.flatnonzero(cm.sum(0) + cm.sum(1)):                          # classes present in pred or gt
             pc, gc = p == c, g == c
             sl = _bbox(pc | gc)
@@ -144,11 +151,13 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
             if d is not None:
                 bp, bg = _band(pc, d, True), _band(gc, d, True)
                 biou[0, c] += np.count_nonzero(bp & bg); biou[1, c] += np.count_nonzero(bp | bg)
-            if disk is not None:
+            if r is not None:
                 bp, bg = _band(pc, 1, False), _band(gc, 1, False)
                 n_p, n_g = np.count_nonzero(bp), np.count_nonzero(bg)
                 if n_p == 0 or n_g == 0: f = float(n_p == n_g and pc.any() and gc.any())  # both contour-free: same region?
+                elif r >= _reach(*pc.shape): f = 1.                                      # every contour pixel within reach
                 else:
+                    if disk is None: disk = _disk(r)
                     prec = np.count_nonzero(bp & (cv2.dilate(bg.view(np.uint8), disk) > 0)) / n_p
                     rec = np.count_nonzero(bg & (cv2.dilate(bp.view(np.uint8), disk) > 0)) / n_g
                     f = 2*prec*rec / (prec + rec) if prec + rec > 0 else 0.
@@ -167,6 +176,7 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
 
 def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **kw) -> dict:
     "`_image_stats` summed over a data set, after checking the inputs."
+    n_classes, ignore_index = _classes(n_classes, ignore_index)         # Python ints: no numpy overflow in n*n
     pairs, tot = _pairs(preds, gts, n_classes, ignore_index, names), None
     for i, (p, g) in enumerate(pairs):
         p, g = _prep(p, g, n_classes, ignore_index, '' if len(pairs) == 1 else f'[{i}]', names)
@@ -182,6 +192,7 @@ def confusion_matrix(preds, gts, n_classes: int, ignore_index: int | None = None
 # %% ../nbs/06_metrics.ipynb #a3625c50
 def mean_iou(preds, gts, n_classes: int, ignore_index: int | None = None, per_class: bool = False):
     "Data-set mean IoU over the classes with a non-empty union; with `per_class`, also the per-class IoUs (NaN = not scored)."
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
     iou = _iou(confusion_matrix(preds, gts, n_classes, ignore_index), _scored(n_classes, ignore_index))
     return (_mean(iou), iou) if per_class else _mean(iou)
 
@@ -190,15 +201,15 @@ def mask_boundary(mask, width: int = 1, border: bool = True) -> np.ndarray:
     "Inner boundary band of a binary (H,W) mask: `mask` minus its erosion by a (2*width+1) square; `border`: the image frame is a contour."
     m = to_numpy(mask)
     if m.ndim != 2: raise ValueError(f"mask must be one (H,W) binary mask, got shape {tuple(m.shape)}.")
-    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
-        raise ValueError(f"width must be an int >= 1, got {width!r}.")
-    return _band((m != 0).astype(np.uint8), int(width), border)
+    width = as_int(width, 'width', lo=1, hint=' It is the band width in pixels.')
+    return _band((m != 0).astype(np.uint8), width, border)
 
 # %% ../nbs/06_metrics.ipynb #5fbe8e81
 def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02, ignore_index: int | None = None,
                  per_class: bool = False):
     "Boundary IoU (Cheng et al. 2021) per class, summed over the data set, averaged over classes with a non-empty band union."
-    if not dilation_ratio >= 0: raise ValueError(f"dilation_ratio must be >= 0 (a fraction of the image diagonal), got {dilation_ratio!r}.")
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of the image diagonal (0.02 in the paper).')
     inter, union = _stats(preds, gts, n_classes, ignore_index, d_ratio=dilation_ratio)['biou']
     res = np.full(n_classes, np.nan)
     ok = (union > 0) & _scored(n_classes, ignore_index)
@@ -208,7 +219,8 @@ def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02, ignor
 # %% ../nbs/06_metrics.ipynb #2578bf24
 def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None, per_class: bool = False):
     "Boundary F-measure (DAVIS-style), mean over (image, class) pairs in which the class is present; `tolerance` in px, or a fraction of the diagonal when < 1."
-    if not tolerance >= 0: raise ValueError(f"tolerance must be >= 0 (pixels, or a fraction of the image diagonal when < 1), got {tolerance!r}.")
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
     fsum, cnt = _stats(preds, gts, n_classes, ignore_index, tol=tolerance)['bf']
     keep = _scored(n_classes, ignore_index)
     res = np.full(n_classes, np.nan)
@@ -222,6 +234,8 @@ def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray
     "Bool (H,W) mask of the non-void pixels within `width` px of a ground-truth label change (4-neighbourhood)."
     g = to_numpy(gt)
     if g.ndim != 2: raise ValueError(f"gt must be one (H,W) label map, got shape {tuple(g.shape)}.")
+    width = as_float(width, 'width', lo=0, hint=' It is the distance in pixels from a ground-truth boundary.')
+    if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
     g = g.astype(np.int64)
     valid = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
     if ignore_index is not None: g[~valid] = -1
@@ -232,9 +246,11 @@ def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray
 # %% ../nbs/06_metrics.ipynb #dcd6070d
 def trimap_iou(preds, gts, n_classes: int, width, ignore_index: int | None = None, per_class: bool = False):
     "mIoU over the pixels within `width` px of a ground-truth boundary; a sequence of widths gives {width: value}."
-    many = not np.isscalar(width)
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    many = not (np.isscalar(width) or np.ndim(width) == 0)
     widths = tuple(width) if many else (width,)
-    if not widths or any(not w >= 0 for w in widths): raise ValueError(f"width must be >= 0 pixels (or a non-empty sequence of them), got {width!r}.")
+    if not widths: raise ValueError("width is an empty sequence: pass a width in pixels, or a non-empty sequence of them.")
+    for w in widths: as_float(w, 'width', lo=0, hint=' It is the distance in pixels from a ground-truth boundary.')
     tm = _stats(preds, gts, n_classes, ignore_index, widths=widths)['trimap']
     keep = _scored(n_classes, ignore_index)
     res = [(lambda iou: (_mean(iou), iou) if per_class else _mean(iou))(_iou(cm, keep)) for cm in tm]
@@ -316,14 +332,19 @@ def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index
     if n_classes is None:
         if class_names is None: raise ValueError("Pass n_classes (or class_names, whose length is then the number of classes).")
         n_classes = len(class_names)
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
     names = [str(c) for c in (class_names if class_names is not None else range(n_classes))]
     if len(names) != n_classes: raise ValueError(f"class_names has {len(names)} names but n_classes={n_classes}: give one name per class.")
-    widths = tuple(trimap_widths)
-    if not tolerance >= 0: raise ValueError(f"tolerance must be >= 0, got {tolerance!r}.")
-    if not dilation_ratio >= 0: raise ValueError(f"dilation_ratio must be >= 0, got {dilation_ratio!r}.")
+    widths = (trimap_widths,) if np.ndim(trimap_widths) == 0 else tuple(trimap_widths)
+    widths = tuple(as_float(w, 'trimap_widths', lo=0, hint=' They are distances in pixels from a ground-truth boundary.') for w in widths)
+    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
+    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of the image diagonal (0.02 in the paper).')
     G = _as_maps(gts, 'gts')
     sets = {'base': _as_maps(base, 'base')}
     if refined is not None: sets['refined'] = _as_maps(refined, 'refined')
+    for k, P in sets.items():                                 # one prediction per ground truth, before any work
+        if len(P) != len(G): raise ValueError(f"{k} holds {len(P)} label maps but gts holds {len(G)}: pass one prediction per ground truth, in the same order.")
+    if show_index is not None: show_index = as_int(show_index, 'show_index', lo=0, hi=len(G) - 1, hint=' It is the index of the image whose errors are drawn.')
     keep = _scored(n_classes, ignore_index)
     res = {k: _summary(_stats(P, G, n_classes, ignore_index, (k, 'gts'), d_ratio=dilation_ratio, tol=tolerance, widths=widths), n_classes, keep)
            for k, P in sets.items()}

@@ -6,16 +6,51 @@
 from __future__ import annotations
 import math
 from pathlib import Path
+import numpy as np
 import torch
 import torch.nn as nn
 from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
-from .core import atomic_save, safe_load
+from .core import atomic_save, safe_load, as_int, as_float
 from .band import batch_band
 from .learner import band_features
 
 # %% auto #0
 __all__ = ['PROTOTYPES_FORMAT', 'PROTOTYPES_VERSION', 'Prototypes', 'extract_prototypes']
+
+# %% ../nbs/04_prototypes.ipynb #87c6f806
+def _class_names(names, n: int) -> list|None:
+    "`names` as a list of `n` Python strings (a list, tuple or numpy array of str), or None."
+    if names is None: return None
+    if isinstance(names, (str, bytes)):
+        raise TypeError(f"names must be a list of class names, got the single string {names!r}: pass one name per class, e.g. ['sky', 'road'].")
+    try: names = names.tolist() if isinstance(names, np.ndarray) else list(names)
+    except TypeError: raise TypeError(f"names must be a list of class names (strings), got {type(names).__name__}.") from None
+    bad = [o for o in names if not isinstance(o, str)]
+    if bad: raise TypeError(f"names must be strings, got {bad[0]!r} ({type(bad[0]).__name__}): pass e.g. [str(c) for c in names].")
+    if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one name per class.")
+    return [str(o) for o in names]
+
+def _channel_stat(v, name: str) -> tuple|None:
+    "`v` (3 numbers: sequence, array or tensor) as a tuple of 3 finite Python floats on the 0..1 scale, or None."
+    if v is None: return None
+    if isinstance(v, (torch.Tensor, np.ndarray)): v = v.tolist() if v.ndim == 0 else v.reshape(-1).tolist()
+    if isinstance(v, (str, bytes)) or not hasattr(v, '__len__') or len(v) != 3:
+        raise ValueError(f"{name} must hold 3 numbers, one per RGB channel on the 0..1 scale (e.g. fastai's imagenet_stats), got {v!r}.")
+    vals = tuple(as_float(o, f'{name}[{i}]') for i, o in enumerate(v))
+    if not all(map(math.isfinite, vals)): raise ValueError(f"{name} must be finite, got {vals}.")
+    if any(o > 1 for o in vals):
+        raise ValueError(f"{name}={vals} is on the 0..255 scale, but image statistics must be on the 0..1 scale: divide them by 255.")
+    if name == 'std' and min(vals) <= 0: raise ValueError(f"std must be > 0 for every channel (images are divided by it), got {vals}.")
+    if name == 'mean' and min(vals) < 0: raise ValueError(f"mean must be between 0 and 1 for every channel (0..1 scale), got {vals}.")
+    return vals
+
+def _norm_pair(mean, std) -> tuple:
+    "Checked (mean, std): both 3 floats on the 0..1 scale, or both None."
+    mean, std = _channel_stat(mean, 'mean'), _channel_stat(std, 'std')
+    if (mean is None) != (std is None):
+        raise ValueError(f"mean and std go together: got only the {'mean' if std is None else 'std'}. Pass both (e.g. imagenet_stats), or neither for images already normalised.")
+    return mean, std
 
 # %% ../nbs/04_prototypes.ipynb #3a220752
 PROTOTYPES_FORMAT = 'brefine.prototypes'
@@ -26,7 +61,7 @@ class Prototypes:
     def __init__(self,
                  vectors: torch.Tensor,    # (L, C) float: the mean band embedding of each class (rows of missing classes are ignored)
                  counts: torch.Tensor,     # (L,) int: band pixels averaged into each vector; 0 marks a missing class
-                 names: list|None = None,  # class names, when known
+                 names: list|None = None,  # class names (strings), when known
                  radius: int = 3,          # band radius used during extraction
                  mean: tuple|None = None,  # per-channel image mean (0..1 scale) the embedder expects, for raw images
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
@@ -35,17 +70,16 @@ class Prototypes:
         if vectors.ndim != 2: raise ValueError(f"Prototype vectors must be (classes, emb_dim), got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
             raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got shape {tuple(counts.shape)}.")
-        if names is not None and len(names) != vectors.shape[0]:
-            raise ValueError(f"{len(names)} class names for {vectors.shape[0]} prototypes: pass one name per class.")
+        if (counts < 0).any(): raise ValueError(f"counts are numbers of pixels and must be >= 0, got {counts.min().item()}.")
         present = counts > 0
         if not torch.isfinite(vectors[present]).all():
             raise ValueError("Prototype vectors contain NaN or inf: the embedder produced non-finite features. "
                              "Check its weights and inputs, then extract the prototypes again.")
         self.vectors = torch.where(present[:, None], vectors, torch.zeros_like(vectors))
-        self.counts, self.names, self.radius = counts, (list(names) if names is not None else None), int(radius)
-        self.mean = tuple(float(o) for o in mean) if mean is not None else None
-        self.std = tuple(float(o) for o in std) if std is not None else None
-        self.ignore_index = ignore_index
+        self.counts, self.names = counts, _class_names(names, vectors.shape[0])
+        self.radius = as_int(radius, 'radius', lo=0)
+        self.mean, self.std = _norm_pair(mean, std)
+        self.ignore_index = None if ignore_index is None else as_int(ignore_index, 'ignore_index')
 
     @property
     def present(self) -> torch.Tensor: return self.counts > 0
@@ -79,10 +113,12 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     if not isinstance(v, int) or v > PROTOTYPES_VERSION:
         raise ValueError(f"{path} has prototypes format version {v}, newer than this brefine reads ({PROTOTYPES_VERSION}). "
                          "Upgrade brefine: `pip install -U brefine`.")
+    names = d.get('names')
+    if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
     try:
-        return Prototypes(d['vectors'], d['counts'], d.get('names'), d.get('radius', 3), d.get('mean'), d.get('std'), d.get('ignore_index'))
+        return Prototypes(d['vectors'], d['counts'], names, d.get('radius', 3), d.get('mean'), d.get('std'), d.get('ignore_index'))
     except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
-    except ValueError as e: raise ValueError(f"{path}: {e}") from None
+    except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
 
 @patch
 def save(self: Prototypes, path) -> Path:
@@ -122,6 +158,17 @@ def _split_batch(b):
                          f"{type(b).__name__} of length {len(b) if hasattr(b, '__len__') else '?'}.")
     return b[0], b[1]
 
+def _embedding(out, i: int) -> torch.Tensor:
+    "The (B,C,h,w) embedding tensor in the embedder's output `out` for batch `i` (a dict's 'out'), or a clear error."
+    if isinstance(out, dict) and 'out' in out: out = out['out']
+    if not isinstance(out, torch.Tensor):
+        what = (f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list)) else
+                f"a dict with keys {list(out)}" if isinstance(out, dict) else f"a {type(out).__name__}")
+        raise TypeError(f"The embedder must return a tensor (B,C,h,w) of pixel embeddings, got {what} for batch {i}. "
+                        "If it returns several outputs, wrap it in a module whose forward returns the embedding tensor only.")
+    if out.ndim != 4: raise ValueError(f"The embedder must return a tensor (B,C,h,w) of pixel embeddings, got shape {tuple(out.shape)} for batch {i}.")
+    return out
+
 # %% ../nbs/04_prototypes.ipynb #0fe2988f
 @torch.inference_mode()
 def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner, or any module (B,3,H,W) -> (B,C,h,w)
@@ -134,13 +181,19 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
                        progress: bool = True,     # show a progress bar
                       ) -> Prototypes:
     "Mean band embedding of each class over `data` (spec step 5), streaming per-class sums and counts."
+    n_classes = as_int(n_classes, 'n_classes', lo=1, hint=' It is the number of classes L (labels 0..L-1).')
+    radius = as_int(radius, 'radius', lo=0)
+    if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
+    names = _class_names(names, n_classes)                  # checked before the work, like the statistics
+    if mean is None and std is None: mean, std = _norm_stats(data)
+    mean, std = _norm_pair(mean, std)
     model = _model_of(embedder)
     was_training = model.training if isinstance(model, nn.Module) else False
     if isinstance(model, nn.Module): model.eval()
     dev = _device_of(model)
     sums, counts = None, torch.zeros(n_classes, dtype=torch.int64, device=dev)
     try:
-        for b in (progress_bar(data, leave=False) if progress else data):
+        for i, b in enumerate(progress_bar(data, leave=False) if progress else data):
             imgs, masks = _split_batch(b)
             imgs, masks = _plain(imgs).to(dev), _plain(masks).to(dev).long()
             if masks.ndim == 2: imgs, masks = imgs[None], masks[None]
@@ -151,9 +204,11 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
                                  + ('' if ignore_index is None else f" nor the ignore index {ignore_index}")
                                  + ": pass the right n_classes, or ignore_index for void pixels.")
             band = batch_band(masks, radius, ignore_index)
-            emb = model(imgs.float())
-            if isinstance(emb, dict): emb = emb['out']
+            emb = _embedding(model(imgs.float()), i)
             feats, bi, y, x = band_features(emb, band)
+            if not torch.isfinite(feats).all():
+                raise ValueError(f"The embedder gave NaN or inf features for batch {i}: check its weights (a diverged training?) "
+                                 "and that batch's images (NaN or inf pixels?), then extract the prototypes again.")
             labels = masks[bi, y, x]
             if sums is None: sums = torch.zeros(n_classes, feats.shape[1], dtype=torch.float64, device=dev)
             sums.index_add_(0, labels, feats.double())
@@ -167,7 +222,7 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
         if sums is not None: torch.distributed.all_reduce(sums); torch.distributed.all_reduce(counts)
     if sums is None: raise ValueError("`data` yielded no batches: nothing to average. Check the data source.")
     vectors = (sums / counts.clamp(min=1)[:, None]).float()
-    if names is None: names = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
-    names = list(names) if names is not None and len(names) == n_classes else None
-    if mean is None and std is None: mean, std = _norm_stats(data)
+    if names is None:                                       # the data's vocab, when it names exactly the classes
+        vocab = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
+        names = [str(o) for o in vocab] if vocab is not None and len(vocab) == n_classes else None
     return Prototypes(vectors.cpu(), counts.cpu(), names, radius, mean, std, ignore_index)

@@ -1,6 +1,6 @@
 """brefine.band: properties of the near-boundary band (hypothesis), the Canny construction checked on every small binary
 map, agreement of the Canny and torch paths, and the band of an augmented training batch (brefine.data)."""
-import itertools
+import itertools, math, time
 import numpy as np
 import cv2
 import pytest
@@ -159,6 +159,32 @@ def test_bad_input(f):
     with pytest.raises(ValueError, match='radius must be >= 0'): f(lab, -1)
     with pytest.raises(TypeError, match='whole number'): f(lab, 2.0)
     with pytest.raises(TypeError, match='ignore_index'): f(lab, 1, 'void')
+    with pytest.raises(TypeError, match='whole number'): f(lab, True)
+    with pytest.raises(TypeError, match='whole number'): f(lab, np.bool_(True))
+    with pytest.raises(ValueError, match='radius must be >= 0'): f(lab, np.int64(-1))
+    np.testing.assert_array_equal(f(lab, np.int64(2)), f(lab, 2))
+
+
+# ---------------------------------------------------------------- radii beyond the image
+@FAST
+@given(label_maps(max_side=12), st.sampled_from([10**3, 10**6, 10**12]), st.booleans())
+def test_radius_beyond_the_diagonal_is_the_diagonal(lab, r, use_ignore):
+    "No two pixels are farther apart than the diagonal: a larger radius gives the band of the diagonal, by definition."
+    ignore = int(lab.flat[0]) if use_ignore else None
+    h, w = lab.shape
+    diag = math.ceil(math.hypot(h - 1, w - 1))
+    expected = band_by_definition(lab, diag, ignore)
+    np.testing.assert_array_equal(near_boundary_mask(lab, r, ignore), expected)
+    np.testing.assert_array_equal(batch_band(torch.from_numpy(lab), r, ignore).numpy(), expected)
+
+@pytest.mark.parametrize('f', [near_boundary_mask, batch_band])
+def test_huge_radius_is_fast(f):
+    "A radius of 10**6 would be a disk of 4*10**12 entries; it is answered from the image's diagonal instead."
+    lab = np.zeros((600, 800), np.uint8); lab[200:300, 300:420] = 3
+    t = time.perf_counter()
+    band = f(lab, 10**6, 3)
+    assert time.perf_counter() - t < 5
+    np.testing.assert_array_equal(band, lab != 3)
 
 
 # ---------------------------------------------------------------- the band of an augmented training batch

@@ -85,3 +85,205 @@ def test_train_init_from(tmp_path, trained):
     torch.save(torchvision.models.mobilenet_v2(weights=None).state_dict(), tmp_path/'other.pth')
     r = run('train', data, '--out', tmp_path/'e2.pt', '--backbone', 'resnet18', '--init_from', tmp_path/'other.pth', ok=False)
     assert r.returncode == 2 and 'same architecture' in r.stderr
+
+
+# ---- bad input, in-process (`main([...])`), with a bundle saved from an untrained embedder: fast, no training ----
+import contextlib, errno, io, shutil
+from unittest import mock
+
+
+@pytest.fixture(scope='module')
+def small(tmp_path_factory):
+    "A 4-class bundle, a 300-class bundle, images img/a.png, img/b.png with scores sc/a.npy, sc/b.npy (4, 32, 40)."
+    import torch
+    from brefine.inference import Refiner
+    from brefine.learner import EmbeddingNet
+    from brefine.prototypes import Prototypes
+    d = tmp_path_factory.mktemp('small')
+    net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
+    for name, m in (('bundle', 4), ('bundle300', 300)):
+        Refiner(net, Prototypes(torch.randn(m, 8), torch.full((m,), 9), radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)).save(d/name)
+    (d/'img').mkdir(); (d/'sc').mkdir()
+    rng = np.random.default_rng(0)
+    for n in 'ab':
+        Image.fromarray(rng.integers(0, 256, (32, 40, 3)).astype(np.uint8)).save(d/'img'/f'{n}.png')
+        np.save(d/'sc'/f'{n}.npy', rng.random((4, 32, 40), dtype=np.float32))
+    return d
+
+
+def cli(*argv):
+    "`brefine ARGV` in this process: (exit code, stdout, stderr)."
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = main([str(a) for a in argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def failed(*argv, expect=()):
+    rc, _, err = cli(*argv)
+    assert rc == 2 and err.startswith(f'brefine {argv[0]}: error:') and 'Traceback' not in err, err
+    for e in [expect] if isinstance(expect, str) else expect: assert e in err, err
+    return err
+
+
+from brefine.cli import main  # noqa: E402
+
+
+def read(f): return np.asarray(Image.open(f))
+
+
+def test_single_score_file(small, tmp_path):
+    "One image with one score file: the file is read as scores (it used to be opened as a pickled model)."
+    rc, out, err = cli('refine', small/'img'/'a.png', small/'sc'/'a.npy', tmp_path/'out', '--bundle', small/'bundle')
+    assert rc == 0, err
+    assert read(tmp_path/'out'/'a.png').shape == (32, 40) and 'wrote 1 refined label maps' in out
+
+
+def test_learner_opt_in(small, tmp_path):
+    "--learner FILE with SCORES '-': the exported Learner's model computes the scores."
+    import torch
+    from fastai.data.core import Datasets
+    from fastai.learner import Learner
+    ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
+    Learner(ds.dataloaders(bs=1), torch.nn.Conv2d(3, 4, 1), loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'learner.pkl')
+    rc, out, err = cli('refine', small/'img', '-', tmp_path/'out', '--bundle', small/'bundle', '--learner', tmp_path/'learner.pkl')
+    assert rc == 0, err
+    assert sorted(f.name for f in (tmp_path/'out').iterdir()) == ['a.png', 'b.png']
+    failed('refine', small/'img', '-', tmp_path/'o2', '--bundle', small/'bundle', expect='no --learner was given')
+    failed('refine', small/'img', small/'sc', tmp_path/'o2', '--bundle', small/'bundle', '--learner', tmp_path/'learner.pkl',
+           expect="pass '-' as SCORES")
+    failed('refine', small/'img'/'a.png', tmp_path/'learner.pkl', tmp_path/'o2', '--bundle', small/'bundle', expect='--learner FILE')
+
+
+def test_never_overwrites_inputs(small, tmp_path):
+    "OUT that would replace the images (by name or through a link), or two images with one output: refused before any work."
+    img = tmp_path/'img'; shutil.copytree(small/'img', img)
+    before = {f.name: f.read_bytes() for f in img.iterdir()}
+    failed('refine', img, small/'sc', img, '--bundle', small/'bundle', '--force', expect=('would replace the input', 'a.png'))
+    failed('refine', img, small/'sc', img, '--bundle', small/'bundle', '--skip_existing', expect='would replace the input')
+    assert {f.name: f.read_bytes() for f in img.iterdir()} == before
+    (tmp_path/'out').mkdir(); os.link(img/'a.png', tmp_path/'out'/'a.png')              # OUT/a.png is the input under another name
+    failed('refine', img, small/'sc', tmp_path/'out', '--bundle', small/'bundle', '--force', expect='would replace the input')
+    assert (img/'a.png').read_bytes() == before['a.png']
+    Image.open(img/'a.png').save(img/'a.jpg')                                            # a.png and a.jpg both -> a.png
+    err = failed('refine', img, small/'sc', tmp_path/'o2', '--bundle', small/'bundle', expect='would both be written to')
+    assert 'a.jpg' in err and 'a.png' in err and not (tmp_path/'o2').exists()
+
+
+def test_prototypes_out_is_not_its_checkpoint(trained):
+    d, data, ck = trained
+    before = ck.read_bytes()
+    failed('prototypes', ck, data, '--out', ck, '--force', expect='is the input')
+    assert ck.read_bytes() == before
+
+
+def test_written_count(small, tmp_path):
+    "The printed count is the number of files written: with --skip_existing, only the new ones."
+    run = ('refine', small/'img', small/'sc', tmp_path/'out', '--bundle', small/'bundle')
+    assert cli(*run)[1].rstrip().endswith(f"wrote 2 refined label maps to {tmp_path/'out'}")
+    (tmp_path/'out'/'b.png').unlink()
+    assert cli(*run, '--skip_existing')[1].rstrip().endswith(f"wrote 1 refined label maps to {tmp_path/'out'} (1 existing kept)")
+
+
+def test_16bit_images(small, tmp_path):
+    "16-bit images keep their range: grey I;16 and 16-bit RGB refine exactly like their 8-bit versions."
+    import cv2
+    (tmp_path/'img').mkdir()
+    grey, rgb = np.asarray(Image.open(small/'img'/'a.png').convert('L')), np.asarray(Image.open(small/'img'/'b.png'))
+    Image.fromarray(grey).save(tmp_path/'img'/'a.png'); Image.fromarray(rgb).save(tmp_path/'img'/'b.png')
+    (tmp_path/'img16').mkdir()
+    Image.fromarray(grey.astype(np.uint16) * 257).save(tmp_path/'img16'/'a.png')                 # mode I;16
+    cv2.imwrite(str(tmp_path/'img16'/'b.png'), (rgb.astype(np.uint16) * 257)[..., ::-1])       # 48-bit RGB
+    for k in ('img', 'img16'): assert cli('refine', tmp_path/k, small/'sc', tmp_path/f'out_{k}', '--bundle', small/'bundle')[0] == 0
+    for n in ('a.png', 'b.png'): assert (read(tmp_path/'out_img'/n) == read(tmp_path/'out_img16'/n)).all(), n
+    import torch
+    from brefine.cli import RefineItems
+    from brefine.inference import prepare_image
+    for n in ('a.png', 'b.png'):                  # what the refiner receives: the full 16-bit range, scaled like 8 bits
+        (_, i8, _), (_, i16, _) = RefineItems([tmp_path/'img'/n])[0], RefineItems([tmp_path/'img16'/n])[0]
+        i8, i16 = np.asarray(i8), np.asarray(i16)
+        assert i16.dtype == np.uint16 and np.array_equal(i16, i8.astype(np.uint16) * 257), n
+        torch.testing.assert_close(prepare_image(i16)[0], prepare_image(i8)[0])
+
+
+def test_corrupt_images_and_scores(small, tmp_path):
+    "Empty or corrupt images and score files, class counts that differ in a batch or from the prototypes: errors name the file."
+    img, sc = tmp_path/'img', tmp_path/'sc'
+    shutil.copytree(small/'img', img); shutil.copytree(small/'sc', sc)
+    run = ('refine', img, sc, tmp_path/'out', '--bundle', small/'bundle', '--force')
+    (img/'b.png').write_bytes(b''); failed(*run, expect=('cannot read image', 'b.png', 'empty'))
+    (img/'b.png').write_bytes(b'\x89PNG\r\n\x1a\n garbage'); failed(*run, expect=('cannot read image', 'b.png'))
+    shutil.copy(small/'img'/'b.png', img/'b.png')
+    (sc/'b.npy').write_bytes(b''); failed(*run, expect=('cannot read score file', 'b.npy'))
+    np.save(sc/'b.npy', np.zeros((4, 31, 40), np.float32)); failed(*run, expect=('b.npy holds scores of shape (4, 31, 40)', "image's size"))
+    np.save(sc/'b.npy', np.zeros((5, 32, 40), np.float32)); failed(*run, expect='b.npy holds scores for 5 classes but the prototypes have 4')
+    np.save(sc/'b.npy', np.full((4, 32, 40), np.nan, np.float32)); failed(*run, expect='b.npy holds NaN or inf')
+    from brefine.cli import RefineItems
+    np.save(sc/'b.npy', np.zeros((5, 32, 40), np.float32))
+    items = RefineItems([img/'a.png', img/'b.png'], sc)
+    with pytest.raises(ValueError, match='b.npy for 5'): items.collate([items[0], items[1]])
+
+
+def test_palette(small, tmp_path):
+    "A palette for more than 256 classes, or a palette folder without a palette PNG: refused before anything is written."
+    pal = tmp_path/'pal'; pal.mkdir()
+    run = ('refine', small/'img', small/'sc', tmp_path/'out', '--palette_from', pal)
+    failed(*run, '--bundle', small/'bundle', expect='holds no PNG')
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(pal/'grey.png')
+    failed(*run, '--bundle', small/'bundle', expect='has no palette')
+    im = Image.fromarray(np.zeros((4, 4), np.uint8)).convert('P'); im.putpalette([0, 0, 0, 255, 0, 0]); im.save(pal/'a.png')
+    failed(*run, '--bundle', small/'bundle300', expect=('at most 256 labels', '300 classes'))
+    assert not (tmp_path/'out').exists()
+    assert cli(*run, '--bundle', small/'bundle')[0] == 0
+    assert Image.open(tmp_path/'out'/'a.png').mode == 'P'
+
+
+@pytest.mark.parametrize('err, why', [(PermissionError(errno.EACCES, 'Permission denied'), 'permission denied'),
+                                      (OSError(errno.ENOSPC, 'No space left on device'), 'disk is full')])
+def test_unwritable_output(small, tmp_path, err, why):
+    "A read-only folder or a full disk (simulated: tests may run as root): one line naming the file and the fix, exit code 2."
+    with mock.patch('tempfile.mkstemp', side_effect=err):
+        msg = failed('refine', small/'img', small/'sc', tmp_path/'out', '--bundle', small/'bundle', expect=why)
+    assert str(tmp_path/'out'/'a.png') in msg
+    (tmp_path/'gt').mkdir(); Image.fromarray(np.eye(8, dtype=np.uint8)).save(tmp_path/'gt'/'a.png')
+    with mock.patch('os.fsync', side_effect=err):
+        failed('evaluate', tmp_path/'gt', tmp_path/'gt', '--n_classes', 2, '--plots', tmp_path/'plots', expect=(why, 'plots'))
+
+
+@pytest.mark.skipif(not hasattr(os, 'geteuid') or os.geteuid() == 0, reason='root writes to read-only folders')
+def test_read_only_folder(small, tmp_path):
+    (tmp_path/'out').mkdir(); os.chmod(tmp_path/'out', 0o555)
+    try: failed('refine', small/'img', small/'sc', tmp_path/'out', '--bundle', small/'bundle', expect='permission denied')
+    finally: os.chmod(tmp_path/'out', 0o755)
+
+
+@pytest.mark.parametrize('opt, val', [('--top_n', 0), ('--top_n', 5), ('--radius', -1), ('--vote', 4), ('--vote', -1), ('--bs', 0),
+                                      ('--workers', -1)])
+def test_bad_settings(small, tmp_path, opt, val):
+    "Impossible settings are refused before any work, naming the option (--top_n 5: more than the bundle's 4 classes)."
+    failed('refine', small/'img', small/'sc', tmp_path/'out', '--bundle', small/'bundle', opt, val, expect=opt)
+    assert not (tmp_path/'out').exists()
+
+
+def test_evaluate(small, tmp_path):
+    "--plots writes the figures; 16-bit label PNGs load; sizes, labels and --n_classes are checked, naming the files."
+    from brefine.cli import evaluate
+    gt, pred = tmp_path/'gt', tmp_path/'pred'; gt.mkdir(); pred.mkdir()
+    rng = np.random.default_rng(0)
+    for n in ('a.png', 'b.png'):
+        Image.fromarray((rng.integers(0, 3, (24, 32)) * 100).astype(np.uint16)).save(gt/n)      # 16-bit labels 0, 100, 200
+        Image.fromarray(rng.integers(0, 3, (24, 32)).astype(np.uint8)).save(pred/n)
+    rc, out, err = cli('evaluate', gt, gt, '--n_classes', 201, '--plots', tmp_path/'plots')
+    assert rc == 0, err
+    assert sorted(f.name for f in (tmp_path/'plots').iterdir()) == ['boundary_f1.png', 'errors.png', 'trimap.png']
+    with contextlib.redirect_stdout(io.StringIO()): assert evaluate(gt, gt, n_classes=201).table.loc['mIoU', 'base'] == 1
+    failed('evaluate', pred, gt, '--n_classes', 3, expect=('gt/a.png holds label', 'outside 0..2', '--void'))
+    with pytest.raises(TypeError, match='--n_classes must be a whole number'): evaluate(pred, gt, n_classes='3')
+    with pytest.raises(ValueError, match='--n_classes must be >= 1'): evaluate(pred, gt, n_classes=0)
+    Image.fromarray(np.zeros((20, 32), np.uint8)).save(pred/'b.png')
+    failed('evaluate', pred, gt, '--n_classes', 201, expect=('pred/b.png is 32x20 but its ground truth', 'gt/b.png is 32x24'))
+    (gt/'b.png').unlink()
+    failed('evaluate', pred, gt, '--n_classes', 201, expect='1 predictions have no ground truth')
+    (pred/'b.png').write_bytes(b''); shutil.copy(gt/'a.png', gt/'b.png')
+    failed('evaluate', pred, gt, '--n_classes', 201, expect=('cannot read label map', 'b.png'))
+    Image.fromarray(np.zeros((24, 32, 3), np.uint8)).save(pred/'b.png')
+    failed('evaluate', pred, gt, '--n_classes', 201, expect='is not a label map but a RGB image')

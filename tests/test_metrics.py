@@ -1,6 +1,6 @@
 """brefine.metrics against slow, loop-based reference implementations written from the definitions, plus properties
 (perfect prediction, void invariance, absent classes, input forms) and input validation."""
-import math, sys
+import math, sys, time
 import numpy as np
 import cv2
 import pytest
@@ -344,10 +344,105 @@ def test_bad_inputs_say_what_to_do():
     with pytest.raises(ValueError, match=r'gts\[0\] holds label 11.*pass ignore_index=11'): mean_iou(g, g + 11, 11)
     with pytest.raises(ValueError, match=r'gts\[0\] holds label -1'): mean_iou(g.astype(int), g.astype(int) - 1, 2)
     with pytest.raises(ValueError, match=r'preds\[0\] holds label 3 at a pixel that is not ignored'): trimap_iou(g + 3, g, 3, 2)
-    with pytest.raises(ValueError, match='n_classes must be a positive int'): mean_iou(g, g, 0)
+    with pytest.raises(ValueError, match='n_classes must be between 1 and 16384, got 0'): mean_iou(g, g, 0)
     with pytest.raises(ValueError, match='tolerance must be >= 0'): boundary_f1(g, g, 2, tolerance=-1)
     with pytest.raises(ValueError, match='dilation_ratio must be >= 0'): boundary_iou(g, g, 2, dilation_ratio=-0.1)
     with pytest.raises(ValueError, match='width must be >= 0'): trimap_iou(g, g, 2, -1)
     with pytest.raises(ValueError, match='empty'): mean_iou([], [], 2)
     with pytest.raises(ValueError, match='class_names has 3 names but n_classes=2'): evaluate(g, g, n_classes=2, class_names='abc', plot=False)
     assert math.isnan(mean_iou(g + 3, np.full_like(g, VOID), 2, ignore_index=VOID))   # all void: NaN, no error
+
+
+# ---------------------------------------------------------------- settings of the wrong kind, and huge ones
+@pytest.mark.parametrize('call, exc, msg', [
+    (lambda g: boundary_f1(g, g, 2, tolerance=float('nan')), ValueError, 'tolerance is NaN'),
+    (lambda g: boundary_f1(g, g, 2, tolerance=True), TypeError, 'tolerance must be a number'),
+    (lambda g: boundary_f1(g, g, 2, tolerance='3'), TypeError, 'tolerance must be a number'),
+    (lambda g: boundary_iou(g, g, 2, dilation_ratio=float('nan')), ValueError, 'dilation_ratio is NaN'),
+    (lambda g: boundary_iou(g, g, 2, dilation_ratio=None), TypeError, 'dilation_ratio must be a number'),
+    (lambda g: trimap_iou(g, g, 2, float('nan')), ValueError, 'width is NaN'),
+    (lambda g: trimap_iou(g, g, 2, (1, 'x')), TypeError, 'width must be a number'),
+    (lambda g: trimap_iou(g, g, 2, ()), ValueError, 'width is an empty sequence'),
+    (lambda g: trimap_mask(g[0], -1), ValueError, 'width must be >= 0'),
+    (lambda g: trimap_mask(g[0], float('nan')), ValueError, 'width is NaN'),
+    (lambda g: trimap_mask(g[0], True), TypeError, 'width must be a number'),
+    (lambda g: mask_boundary(g[0], 0), ValueError, 'width must be >= 1'),
+    (lambda g: mask_boundary(g[0], 1.5), TypeError, 'width must be a whole number'),
+    (lambda g: mask_boundary(g[0], True), TypeError, 'width must be a whole number'),
+    (lambda g: mean_iou(g, g, 2.0), TypeError, 'n_classes must be a whole number'),
+    (lambda g: mean_iou(g, g, True), TypeError, 'n_classes must be a whole number'),
+    (lambda g: mean_iou(g, g, 10**6), ValueError, 'n_classes must be between 1 and'),
+    (lambda g: mean_iou(g, g, 2, ignore_index=255.0), TypeError, 'ignore_index must be a whole number'),
+    (lambda g: evaluate(g, g, n_classes=2, plot=False, trimap_widths=(1, -1)), ValueError, 'trimap_widths must be >= 0'),
+    (lambda g: evaluate(g, g, n_classes=2, plot=False, tolerance=float('nan')), ValueError, 'tolerance is NaN'),
+    (lambda g: evaluate(g, g, n_classes=2.5, plot=False), TypeError, 'n_classes must be a whole number'),
+    (lambda g: evaluate(g, g[:1], n_classes=2, plot=False), ValueError, 'base holds 1 label maps but gts holds 2'),
+    (lambda g: evaluate(g, g, g[:1], n_classes=2, plot=False), ValueError, 'refined holds 1 label maps but gts holds 2'),
+    (lambda g: evaluate(g[:1], g, g, n_classes=2, plot=False), ValueError, 'base holds 2 label maps but gts holds 1'),
+    (lambda g: evaluate(g, g, n_classes=2, show_index=2), ValueError, 'show_index must be between 0 and 1'),
+    (lambda g: evaluate(g, [g[0], g[1][:, :-1]], n_classes=2, plot=False), ValueError, r'base\[1\] has shape \(5, 5\) but gts\[1\] has shape \(5, 6\)'),
+])
+def test_bad_settings_say_what_to_do(call, exc, msg):
+    g = np.zeros((2, 5, 6), np.uint8); g[:, 1:4, 2:5] = 1
+    with pytest.raises(exc, match=msg): call(g)
+
+def test_numpy_numbers_are_settings_like_any_other():
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.repeat(rng.integers(0, 3, (2, 4, 5)), 4, 1), 4, 2).astype(np.uint8); g[:, :2] = VOID
+    p = np.roll(g, 1, 2); p[p == VOID] = 0
+    kw, nkw = dict(n_classes=3, ignore_index=VOID), dict(n_classes=np.int64(3), ignore_index=np.int64(VOID))
+    assert mean_iou(p, g, **nkw) == mean_iou(p, g, **kw)
+    assert boundary_f1(p, g, tolerance=np.float32(2), **nkw) == boundary_f1(p, g, tolerance=2, **kw)
+    assert boundary_iou(p, g, dilation_ratio=np.float64(0.05), **nkw) == boundary_iou(p, g, dilation_ratio=0.05, **kw)
+    assert trimap_iou(p, g, width=np.int32(2), **nkw) == trimap_iou(p, g, width=2, **kw)
+    np.testing.assert_array_equal(trimap_mask(g[0], np.float32(1.5), np.uint8(VOID)), trimap_mask(g[0], 1.5, VOID))
+    np.testing.assert_array_equal(mask_boundary(g[0] == 1, np.int64(2)), mask_boundary(g[0] == 1, 2))
+
+@FAST
+@given(label_data(max_side=9), st.sampled_from([1e3, 1e9, float('inf')]))
+def test_tolerance_beyond_the_diagonal_matches_everything(data, tol):
+    "No contour pixel is farther than the diagonal from another: the reference at the diagonal, at no extra cost."
+    p, g, n, ig = data
+    diag = math.ceil(math.hypot(g.shape[-2] - 1, g.shape[-1] - 1))
+    np.testing.assert_allclose(boundary_f1(p, g, n, tolerance=tol, ignore_index=ig), ref_boundary_f1(p, g, n, diag, ig), equal_nan=True)
+
+@FAST
+@given(label_data(max_side=12), st.sampled_from([2.0, 1e3, 1e9, float('inf')]))
+def test_dilation_ratio_beyond_the_image_is_the_whole_mask(data, ratio):
+    "A band wider than the image is the whole mask, so Boundary IoU becomes mIoU."
+    p, g, n, ig = data
+    np.testing.assert_allclose(boundary_iou(p, g, n, dilation_ratio=ratio, ignore_index=ig), mean_iou(p, g, n, ignore_index=ig), equal_nan=True)
+
+@FAST
+@given(arrays(np.uint8, st.tuples(st.integers(1, 15), st.integers(1, 15)), elements=st.integers(0, 1)), st.booleans())
+def test_mask_boundary_wider_than_the_mask(mask, border):
+    h, w = mask.shape
+    kw = dict(borderType=cv2.BORDER_CONSTANT, borderValue=0) if border else {}
+    eroded = cv2.erode(mask, np.ones((3, 3), np.uint8), iterations=max(h, w), **kw)
+    np.testing.assert_array_equal(mask_boundary(mask, 10**9, border), mask.astype(bool) & ~eroded.astype(bool))
+
+def test_huge_settings_are_fast():
+    "Settings that would mean disks or squares of 10**18 entries cost no more than the whole image."
+    g = np.zeros((2, 300, 400), np.uint8); g[:, 100:200, 150:260] = 1
+    p = np.roll(g, 3, 2)
+    t = time.perf_counter()
+    assert boundary_f1(p, g, 2, tolerance=1e9) == 1.0
+    assert boundary_iou(p, g, 2, dilation_ratio=1e9) == mean_iou(p, g, 2)
+    assert trimap_iou(p, g, 2, 1e9) == mean_iou(p, g, 2)
+    assert mask_boundary(g[0], 10**9).sum() == g[0].sum()
+    evaluate(g, p, p, n_classes=2, tolerance=1e9, dilation_ratio=1e9, trimap_widths=(1e9,), plot=False)
+    assert time.perf_counter() - t < 10
+
+@FAST
+@given(arrays(np.int64, st.tuples(st.integers(1, 12), st.integers(1, 12)), elements=st.integers(-3, 3)))
+def test_metric_edges_are_the_band_edges(g):
+    "The metrics' edge pixels (trimap) are those of brefine.band, and of the definition."
+    from brefine.metrics import _edges4
+    from brefine.band import near_boundary_mask
+    np.testing.assert_array_equal(_edges4(g), ref_edges(g))
+    np.testing.assert_array_equal(trimap_mask(g, 0), near_boundary_mask(g, 0))
+
+def ref_edges(g):
+    h, w = g.shape
+    return np.array([[any(0 <= y+dy < h and 0 <= x+dx < w and g[y+dy, x+dx] != g[y, x] for dy, dx in ((0, 1), (1, 0), (0, -1), (-1, 0)))
+                      for x in range(w)] for y in range(h)], bool).reshape(h, w)
