@@ -1,0 +1,389 @@
+"""Segmentation benchmark: a base model vs DenseCRF vs brefine, on any data set that `brefine.data` describes.
+
+One recipe for every data set (nothing is set by hand for one of them):
+
+1. base model: DeepLabV3-style MobileNetV2 at output stride 16 (torchvision's ImageNet `mobilenet_v2` features, the
+   stride-32 block dilated, torchvision's `DeepLabHead`/ASPP with rates 6/12/18), trained with fastai on the training split
+   (`fit_one_cycle`, cross-entropy with void ignored; the epoch with the best validation mIoU is kept).
+2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384,
+   backbone_init=base.backbone, net_kwargs=dict(aspp_dim=64, decoder_dim=48))`, trained with `fit_one_cycle`;
+   prototypes from the training images without augmentation (`extract_prototypes`, radius 3).
+   Training length is a budget of pixels, not epochs per data set: the base model sees BASE_BUDGET_PX training pixels,
+   the embedder EMB_BUDGET_PX (8 and 32 epochs of CamVid's 367 images at 360x480); the epochs follow from the data.
+   Training batches use full images when every training image has the same size, else images resized to the most
+   common size (the DataBlock's `size`).
+3. settings chosen on the validation split: brefine with `Refiner.calibrate`'s default grid, DenseCRF's bilateral
+   (sxy, srgb, compat) by the same objective (the mean of boundary F @ 3 px and mIoU) on an evenly spaced subset.
+4. test split: every image predicted, refined and scored at its own size: mIoU, boundary IoU (2 % of the diagonal),
+   boundary F @ 3 px, trimap IoU @ 5 px, and seconds per image of the base forward, DenseCRF and brefine (embedder
+   forward + post-processing, each from the raw image).
+
+Writes `<out>/<dataset>_results.md` (table), `<out>/<dataset>.json` ({"base", "densecrf", "brefine"} each with miou,
+boundary_iou, boundary_f1, trimap_iou as fractions and seconds_per_image; "settings", "command", "git_commit", "date",
+"machine", "seconds") and `<out>/<dataset>_figure.png`. Models are cached in `--cache`, so a rerun only evaluates.
+
+Usage (from the repository root; data read in place, see `brefine.data.camvid` / `stanford_background`):
+
+    .venv/bin/python bench/benchmark.py stanford                  # Stanford Background: ~80 min from scratch on 2 cores
+    .venv/bin/python bench/benchmark.py camvid                    # CamVid (SegNet split, 360x480)
+    .venv/bin/python bench/benchmark.py stanford --quick --out bench/out/smoke --cache bench/out/smoke_cache  # ~2 min
+
+Needs `pip install pydensecrf2` (builds from source with gcc in about a minute).
+"""
+from __future__ import annotations
+import argparse, json, os, platform, shutil, subprocess, sys, time, itertools, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get('BREFINE_DATA', REPO.parent/'shared/data'))   # where the data sets are read in place
+WEIGHTS = REPO.parent/'shared/weights/mobilenet_v2-b0353104.pth'
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+BASE_BUDGET_PX = 8 * 367 * 360 * 480      # training pixels for the base model
+EMB_BUDGET_PX = 32 * 367 * 360 * 480      # training pixels for the embedder
+EMBEDDER = dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48))
+CRF_GRID = dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))
+QUICK_CAL = dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 0.1), votes=(0, 5))
+QUICK_CRF = dict(sxy=(50,), srgb=(13,), compat=(4, 10))
+
+T0 = time.perf_counter()
+def log(*a): print(f'[{time.perf_counter() - T0:7.1f}s]', *a, flush=True)
+
+class stage:
+    "Context manager logging the wall time of a stage."
+    times = {}
+    def __init__(self, name): self.name = name
+    def __enter__(self): log(f'== {self.name} ...'); self.t = time.perf_counter(); return self
+    def __exit__(self, *exc):
+        stage.times[self.name] = dt = time.perf_counter() - self.t
+        log(f'== {self.name}: {dt:.1f} s' + (' (FAILED)' if exc[0] else ''))
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('dataset', choices=('camvid', 'stanford'), help='which data set (read in place from --data)')
+    p.add_argument('--data', type=Path, default=None, help='data folder (default: the shared copy beside the repository)')
+    p.add_argument('--cache', type=Path, default=None, help='trained models (default: bench/out/<dataset>_cache; git-ignored)')
+    p.add_argument('--out', type=Path, default=REPO/'bench/out', help='results folder')
+    p.add_argument('--quick', action='store_true', help='smoke run: 8/4/4 images, 1 epoch each, small grids, 1 thread')
+    p.add_argument('--threads', type=int, default=2, help='torch / OpenCV threads')
+    p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
+    p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
+    p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
+    a = p.parse_args(argv)
+    a.data = a.data or DATA/('camvid/CamVid' if a.dataset == 'camvid' else 'stanford_background')
+    a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
+    if a.quick: a.threads = 1
+    return a
+
+# ---------------------------------------------------------------------------------------------------------------- setup
+def setup(args):
+    import torch, cv2
+    from brefine.data import camvid, stanford_background
+    torch.set_num_threads(args.threads); cv2.setNumThreads(args.threads)
+    ck = Path(torch.hub.get_dir())/'checkpoints'
+    if not (ck/WEIGHTS.name).exists():                   # the offline ImageNet file, where torchvision's weights API looks
+        if not WEIGHTS.exists(): sys.exit(f'MobileNetV2 ImageNet weights missing: neither {ck/WEIGHTS.name} nor {WEIGHTS} exists.')
+        ck.mkdir(parents=True, exist_ok=True)
+        tmp = ck/(WEIGHTS.name + '.tmp'); shutil.copyfile(WEIGHTS, tmp); os.replace(tmp, ck/WEIGHTS.name)
+    args.cache.mkdir(parents=True, exist_ok=True); args.out.mkdir(parents=True, exist_ok=True)
+    ds = camvid(args.data) if args.dataset == 'camvid' else stanford_background(args.data)
+    if args.quick: ds = ds.subset(train=8, val=4, test=4)
+    return ds
+
+def epochs(budget_px: int, ds, quick: bool) -> int:
+    "Epochs that spend `budget_px` training pixels on `ds`'s training split at its training size."
+    if quick: return 1
+    h, w = ds.train_size()
+    return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
+
+# ----------------------------------------------------------------------------------------------------------- base model
+def _dilate_mobilenet(blocks, output_stride: int = 16) -> int:
+    "Stop `blocks` (MobileNet features) downsampling beyond `output_stride`; later 3x3 convs get the lost stride as dilation."
+    import torch.nn as nn
+    stride, dilation = 1, 1
+    for block in blocks:
+        convs = [m for m in block.modules() if isinstance(m, nn.Conv2d)]
+        s = max(c.stride[0] for c in convs)
+        new_dilation = dilation
+        if s > 1 and stride * s > output_stride:
+            for c in convs: c.stride = (1, 1)
+            new_dilation = dilation * s                 # DeepLab convention: the block that lost its stride keeps the old rate
+        else: stride *= s
+        for c in convs:
+            k = c.kernel_size[0]
+            if k > 1: c.dilation, c.padding = (dilation, dilation), ((k - 1) // 2 * dilation,) * 2
+        dilation = new_dilation
+    return stride
+
+def base_model(n_classes: int, pretrained: bool = True):
+    "DeepLabV3 with a MobileNetV2 backbone at output stride 16; logits upsampled to the input size."
+    import torch.nn as nn, torch.nn.functional as F
+    from torchvision.models.segmentation.deeplabv3 import DeepLabHead
+    from brefine.learner import torchvision_model
+    class DeepLabV3MobileNetV2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            feats = torchvision_model('mobilenet_v2', pretrained).features[:-1]  # 320 ch; weights read as data only
+            assert _dilate_mobilenet(feats, 16) == 16
+            self.backbone, self.head = feats, DeepLabHead(320, n_classes, atrous_rates=(6, 12, 18))
+        def forward(self, x):
+            return F.interpolate(self.head(self.backbone(x)), x.shape[-2:], mode='bilinear', align_corners=False)
+    return DeepLabV3MobileNetV2()
+
+class BaseLoss:
+    "Cross-entropy on the mask of (image, mask, band) batches, void ignored; the band is not used."
+    def __init__(self, void):
+        from fastai.losses import CrossEntropyLossFlat
+        self.ce = CrossEntropyLossFlat(axis=1, ignore_index=-100 if void is None else void)
+    def __call__(self, pred, mask, *_): return self.ce(pred, mask)
+    def activation(self, x): return x.softmax(1)
+    def decodes(self, x): return x.argmax(1)
+
+def val_miou(n: int, void):
+    "fastai metric: data-set mIoU over the validation set (confusion matrix accumulated, void ignored)."
+    import torch
+    from fastai.learner import Metric
+    class ValMIoU(Metric):
+        def reset(self): self.cm = torch.zeros(n, n, dtype=torch.long)
+        def accumulate(self, learn):
+            p = learn.pred.as_subclass(torch.Tensor).argmax(1).flatten().cpu()
+            t = learn.yb[0].as_subclass(torch.Tensor).flatten().cpu().long()
+            k = (t != void) & (t < n) if void is not None else t < n
+            self.cm += torch.bincount(t[k] * n + p[k], minlength=n * n).view(n, n)
+        @property
+        def value(self):
+            cm = self.cm.double(); inter = cm.diag(); union = cm.sum(0) + cm.sum(1) - inter
+            return (inter[union > 0] / union[union > 0]).mean().item() if (union > 0).any() else float('nan')
+        @property
+        def name(self): return 'miou'
+    return ValMIoU()
+
+def _fit(learn, n_epochs, lr):
+    log('  epoch columns:', ['epoch', 'train_loss', 'valid_loss'] + [m.name for m in learn.metrics] + ['time'])
+    with learn.no_bar(): learn.fit_one_cycle(n_epochs, lr)
+
+def load_base(f, n_classes):
+    "The base model with the weights cached in `f`, in eval mode."
+    from brefine.core import safe_load
+    model = base_model(n_classes, pretrained=False)
+    model.load_state_dict(safe_load(f, 'base model weights'))
+    return model.eval()
+
+def get_base(args, ds, dls_fn, n_epochs):
+    "The trained base model, from the cache or trained now."
+    import numpy as np
+    from brefine.core import atomic_save
+    f = args.cache/f'base_mnv2os16_e{n_epochs}.pth'
+    if f.exists(): log(f'base model loaded from {f}'); return load_base(f, ds.n_classes)
+    from fastai.learner import Learner
+    from fastai.callback.tracker import SaveModelCallback
+    from fastai.torch_core import set_seed
+    import fastai.callback.schedule  # fit_one_cycle
+    set_seed(args.seed)
+    learn = Learner(dls_fn(), base_model(ds.n_classes), loss_func=BaseLoss(ds.void), metrics=[val_miou(ds.n_classes, ds.void)],
+                    path=args.cache, model_dir='.', cbs=[SaveModelCallback(monitor='miou', comp=np.greater, fname=f.stem + '_best')])
+    _fit(learn, n_epochs, 1e-3)                          # SaveModelCallback loads the best epoch at the end
+    atomic_save({k: v.detach().cpu() for k, v in learn.model.state_dict().items()}, f)
+    (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
+    return learn.model.eval()
+
+def base_probs_of(model, img):
+    "(M,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
+    import torch
+    from brefine.inference import prepare_image
+    with torch.inference_mode(): return model(prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0]).softmax(1)[0].contiguous()
+
+# -------------------------------------------------------------------------------------------------------------- brefine
+def get_embedder(args, ds, dls_fn, base, n_epochs):
+    "The trained embedder (and its cache file), from the cache or trained now."
+    from brefine.core import atomic_save, safe_load
+    from brefine.learner import refine_learner
+    from brefine.cli import embedder_from_checkpoint
+    f = args.cache/f'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{n_epochs}.pt'
+    if f.exists(): log(f'embedder loaded from {f}'); return embedder_from_checkpoint(safe_load(f, 'embedder checkpoint')), f
+    from fastai.torch_core import set_seed
+    set_seed(args.seed)
+    learn = refine_learner(dls_fn(), pretrained=True, ignore_index=ds.void, backbone_init=base.backbone, path=args.cache,
+                           model_dir='.', **EMBEDDER)
+    _fit(learn, n_epochs, 1e-3)
+    net = learn.model
+    atomic_save(dict(format='brefine.embedder', version=1, config=dict(net.config, pretrained=False),
+                     state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()}, meta={}), f)
+    return net.eval(), f
+
+def prototype_batches(ds, bs=4):
+    "The training images without augmentation, normalised as in training, in (images, masks) batches of one size."
+    import torch, numpy as np
+    from brefine.inference import prepare_image
+    batch = []
+    def out():
+        return (torch.cat([prepare_image(im, IMAGENET_MEAN, IMAGENET_STD)[0] for im, _ in batch]),
+                torch.from_numpy(np.stack([g for _, g in batch]).astype(np.int64)))
+    for f in ds.files('train'):
+        pair = ds.read(f)
+        if batch and (len(batch) == bs or batch[0][1].shape != pair[1].shape): yield out(); batch = []
+        batch.append(pair)
+    if batch: yield out()
+
+def get_prototypes(args, ds, embedder, emb_file):
+    from brefine.prototypes import Prototypes, extract_prototypes
+    f = emb_file.with_name('protos_' + emb_file.stem + '.pt')
+    if f.exists(): log(f'prototypes loaded from {f}'); return Prototypes.load(f)
+    p = extract_prototypes(embedder, prototype_batches(ds), ds.n_classes, radius=3, ignore_index=ds.void, names=ds.codes,
+                           mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
+    p.save(f); log(f'prototypes saved to {f}: {p}')
+    return p
+
+# ------------------------------------------------------------------------------------------------------------- DenseCRF
+def crf_predict(img, probs, sxy, srgb, compat, n_iter=5):
+    "DenseCRF labels (H,W) uint8 from a uint8 image (H,W,3) and probabilities (M,H,W) numpy float32."
+    import numpy as np
+    import pydensecrf.densecrf as dcrf
+    from pydensecrf.utils import unary_from_softmax
+    M, H, W = probs.shape
+    d = dcrf.DenseCRF2D(W, H, M)
+    d.setUnaryEnergy(np.ascontiguousarray(unary_from_softmax(probs)))
+    d.addPairwiseGaussian(sxy=3, compat=3)
+    d.addPairwiseBilateral(sxy=sxy, srgb=srgb, rgbim=np.ascontiguousarray(img), compat=compat)
+    return np.asarray(d.inference(n_iter)).reshape(M, H, W).argmax(0).astype(np.uint8)
+
+def scores(ds, preds, gts):
+    "(boundary F @ 3 px, mIoU), the pair `OBJECTIVES['mean']` ranks."
+    from brefine.metrics import boundary_f1, mean_iou
+    return (boundary_f1(preds, gts, ds.n_classes, tolerance=3, ignore_index=ds.void), mean_iou(preds, gts, ds.n_classes, ignore_index=ds.void))
+
+def tune_crf(args, ds, imgs, probs, gts):
+    "The bilateral setting with the best objective on an evenly spaced subset of the validation images."
+    import numpy as np
+    from brefine.inference import OBJECTIVES
+    rank = OBJECTIVES['mean']
+    idx = np.unique(np.linspace(0, len(imgs) - 1, min(args.crf_val, len(imgs))).round().astype(int))
+    grid, best = (QUICK_CRF if args.quick else CRF_GRID), None
+    for sxy, srgb, compat in itertools.product(grid['sxy'], grid['srgb'], grid['compat']):
+        sc = scores(ds, [crf_predict(imgs[i], probs[i].numpy(), sxy, srgb, compat) for i in idx], [gts[i] for i in idx])
+        log(f'  crf sxy={sxy} srgb={srgb} compat={compat}: BF {sc[0]:.4f} mIoU {sc[1]:.4f}')
+        if best is None or rank(*sc) > rank(*best[0]): best = (sc, dict(sxy=sxy, srgb=srgb, compat=compat))
+    return best[1], len(idx)
+
+# --------------------------------------------------------------------------------------------------------------- report
+def metrics_row(ds, preds, gts, seconds):
+    from brefine.metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou
+    kw = dict(n_classes=ds.n_classes, ignore_index=ds.void)
+    return dict(miou=mean_iou(preds, gts, **kw), boundary_iou=boundary_iou(preds, gts, **kw),
+                boundary_f1=boundary_f1(preds, gts, tolerance=3, **kw), trimap_iou=trimap_iou(preds, gts, width=5, **kw),
+                seconds_per_image=seconds)
+
+def save_figure(path, ds, fs, preds, gts, n=3):
+    "Image, base, DenseCRF, brefine, ground truth for the `n` test images where brefine removes most wrong pixels."
+    import numpy as np, matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    v = [g != ds.void for g in gts]
+    wrong = {k: np.array([int(((p[i] != gts[i]) & v[i]).sum()) for i in range(len(gts))]) for k, p in preds.items()}
+    show = sorted(np.argsort(-(wrong['base'] - wrong['brefine']), kind='stable')[:n].tolist())
+    cols = ['image', 'base', 'DenseCRF', 'brefine', 'ground truth']
+    cmap = plt.get_cmap('tab20', 20)
+    paint = lambda l: np.where((l == ds.void)[..., None], 0, (np.asarray(cmap(np.minimum(l, 19) % 20))[..., :3] * 255)).astype(np.uint8)
+    fig, axs = plt.subplots(len(show), len(cols), figsize=(3.2 * len(cols), 2.5 * len(show)), squeeze=False)
+    for r, i in enumerate(show):
+        img, _ = ds.read(fs[i])
+        for c, (ax, im) in enumerate(zip(axs[r], [img] + [paint(preds[k][i]) for k in cols[1:4]] + [paint(gts[i])])):
+            ax.imshow(im, interpolation='nearest'); ax.set_xticks([]); ax.set_yticks([])
+            ax.set_title(f'{cols[c]}: {wrong[cols[c]][i]} px wrong' if 1 <= c <= 3 else (cols[c] if c else fs[i].name), fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name('.' + path.stem + '.tmp.png'); fig.savefig(tmp, dpi=90); plt.close(fig); os.replace(tmp, path)
+
+def provenance(argv) -> dict:
+    "The command, commit, date and machine of this run."
+    try: commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    except OSError: commit = ''
+    return dict(command=' '.join(['.venv/bin/python', 'bench/benchmark.py'] + list(argv)), git_commit=commit,
+                date=datetime.date.today().isoformat(), machine=f'{platform.machine()}, {os.cpu_count()} cores, {platform.system()}')
+
+# ----------------------------------------------------------------------------------------------------------------- main
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    ds = setup(args)
+    log(f'{ds}; args', {k: str(v) for k, v in vars(args).items()})
+    import numpy as np, torch
+    try: import pydensecrf.densecrf  # fail early, before training
+    except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
+    from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict
+    from brefine.core import atomic_write, to_numpy
+    dls = {}
+    def dls_fn():
+        if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
+        return dls['x']
+    base_ep, emb_ep = epochs(BASE_BUDGET_PX, ds, args.quick), epochs(EMB_BUDGET_PX, ds, args.quick)
+    log(f'training size {ds.train_size()}, {len(ds.files("train"))} images: base {base_ep} epochs, embedder {emb_ep} epochs')
+    with stage('base model (train or load)'): base = get_base(args, ds, dls_fn, base_ep)
+    with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, ds, dls_fn, base, emb_ep)
+    with stage('brefine prototypes'): protos = get_prototypes(args, ds, embedder, emb_file)
+    if args.train_only: log(f'--train-only: models cached in {args.cache}'); return
+
+    with stage('val: base probabilities'):
+        vimgs, vgts = zip(*[ds.read(f) for f in ds.files('val')])
+        vprobs = [base_probs_of(base, im) for im in vimgs]
+    ref = Refiner(embedder, protos)
+    with stage('val: brefine calibrate'):
+        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, **(QUICK_CAL if args.quick else {}))
+        log(f'  brefine {ref.settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
+            f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}; {len(cal["table"])} settings)')
+        ref.save(args.cache/f'refiner_{emb_file.stem}')
+    with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
+    del vprobs
+
+    tf = ds.files('test')
+    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post')}
+    with stage(f'test: base / DenseCRF / brefine on {len(tf)} images'):
+        with torch.inference_mode():                     # warm-up: first calls allocate
+            im0, _ = ds.read(tf[0]); base_probs_of(base, im0); embedder(prepare_image(im0, protos.mean, protos.std)[0])
+        for i, f in enumerate(tf):
+            img, gt = ds.read(f); gts.append(gt)
+            t = time.perf_counter(); probs = base_probs_of(base, img); tm['base'].append(time.perf_counter() - t)
+            preds['base'].append(to_numpy(probs.argmax(0)).astype(np.uint8))
+            t = time.perf_counter(); preds['DenseCRF'].append(crf_predict(img, probs.numpy(), **crf_cfg)); tm['crf'].append(time.perf_counter() - t)
+            with torch.inference_mode():                 # refine_predict in its two parts, each from the raw image
+                t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std); emb = embedder(x); t1 = time.perf_counter()
+                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, **ref.settings)[0]).astype(np.uint8)
+                t2 = time.perf_counter()
+            tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
+            if i < 2 and not (to_numpy(refine_predict(img, probs, embedder, protos, **ref.settings)) == out).all():
+                raise AssertionError(f'the split timing differs from refine_predict on {f.name}')
+            if (i + 1) % 25 == 0 or i + 1 == len(tf): log(f'  {i+1}/{len(tf)} images')
+    s = {k: float(np.mean(v)) for k, v in tm.items()}
+    with stage('test: metrics'):
+        res = {'base': metrics_row(ds, preds['base'], gts, s['base']), 'densecrf': metrics_row(ds, preds['DenseCRF'], gts, s['crf']),
+               'brefine': metrics_row(ds, preds['brefine'], gts, s['emb'] + s['post'])}
+    save_figure(args.out/f'{args.dataset}_figure.png', ds, tf, preds, gts)
+
+    seconds = time.perf_counter() - T0
+    record = dict(dataset=ds.name, **res, settings=dict(ref.settings, crf=crf_cfg), training=dict(
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=EMBEDDER),
+        split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
+        seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
+        val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
+                 base_miou=cal['base_miou'], crf_images=n_crf),
+        stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **provenance(argv), seconds=round(seconds))
+    with atomic_write(args.out/f'{args.dataset}.json', 'w') as fh: json.dump(record, fh, indent=1)
+    names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine'}
+    lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{record["command"]}` (commit {record["git_commit"]}, '
+             f'{record["date"]}, {record["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
+             f'Train {record["split"]["train"]}, val {record["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
+             f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
+             f'- brefine: {EMBEDDER}, {emb_ep} epochs; calibrated on val: {ref.settings}',
+             f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
+             '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
+             '|---|---:|---:|---:|---:|---:|---:|---:|']
+    for k, r in res.items():
+        lines.append(f"| {names[k]} | {100*r['miou']:.2f} | {100*r['boundary_iou']:.2f} | {100*r['boundary_f1']:.2f} | "
+                     f"{100*r['trimap_iou']:.2f} | {r['seconds_per_image']:.3f} | {r['seconds_per_image']/s['crf']:.2f} | "
+                     f"{r['seconds_per_image']/s['base']:.2f} |")
+    lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image. Stage times: "
+              + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '']
+    md = '\n'.join(lines)
+    with atomic_write(args.out/f'{args.dataset}_results.md', 'w') as fh: fh.write(md)
+    print('\n' + md, flush=True)
+
+if __name__ == '__main__':
+    main()
