@@ -6,7 +6,9 @@ by the torch path (`batch_band`), against one forward pass of torchvision's Mobi
 says how much the band adds to an inference. All measured in the same run, interleaved, medians of `--rounds`.
 Label maps: a synthetic scene (6 classes), a blocky map with 19 classes (Cityscapes' count) and one with 300 classes.
 
-usage: python bench/band.py [--rounds N] [--threads N]
+`--record` also writes the printout to bench/results/band.txt and records it in bench/results/manifest.json.
+
+usage: .venv/bin/python bench/band.py [--rounds N] [--threads N] [--record]
 """
 import argparse, os, platform, statistics, time
 import numpy as np
@@ -15,6 +17,7 @@ import torchvision
 
 from brefine.band import near_boundary_mask, batch_band
 from brefine.data import synthetic_scene
+from record import main_recorded
 
 H, W = 1024, 2048
 
@@ -30,7 +33,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--threads', type=int, default=None, help='torch threads (default: torch default)')
-    a = ap.parse_args()
+    main_recorded(ap, 'band', run)
+
+def run(a):
     if a.threads: torch.set_num_threads(a.threads)
     dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     maps = {'synthetic scene, 6 classes': synthetic_scene(0, (H, W))[1],

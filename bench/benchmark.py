@@ -20,22 +20,31 @@ One recipe for every data set (nothing is set by hand for one of them):
 
 Writes `<out>/<dataset>_results.md` (table), `<out>/<dataset>.json` ({"base", "densecrf", "brefine"} each with miou,
 boundary_iou, boundary_f1, trimap_iou as fractions and seconds_per_image; "settings", "command", "git_commit", "date",
-"machine", "seconds") and `<out>/<dataset>_figure.png`. Models are cached in `--cache`, so a rerun only evaluates.
+"machine", "seconds") and `<out>/<dataset>_figure.png`. Models are cached in `--cache` (`cache_files` names them), so a
+rerun only evaluates; `load_cached` gives the cached base model and calibrated `Refiner` to other scripts and notebooks.
 
-Usage (from the repository root; data read in place, see `brefine.data.camvid` / `stanford_background`):
+To record a run, give it a name: `--record NAME` writes `bench/results/<dataset>/NAME.md`, `NAME.json`,
+`NAME_figure.png` and the run's log `NAME.log`, and adds the run to `bench/results/manifest.json` and its index
+(`bench/record.py`). A record is never overwritten: the run refuses to start when `NAME.md` exists. A run whose
+`--out` lies inside `bench/results` is recorded too, without its log.
+
+Usage (from the repository root; data read in place from $BREFINE_DATA, see `brefine.data.camvid` / `stanford_background`):
 
     .venv/bin/python bench/benchmark.py stanford                  # Stanford Background: ~80 min from scratch on 2 cores
-    .venv/bin/python bench/benchmark.py camvid                    # CamVid (SegNet split, 360x480)
+    .venv/bin/python bench/benchmark.py camvid                    # CamVid (SegNet split, 360x480): 8 + 32 epochs, ~80 min
+    .venv/bin/python bench/benchmark.py stanford --record stanford_default    # the same, recorded in bench/results/stanford/
     .venv/bin/python bench/benchmark.py stanford --quick --out bench/out/smoke --cache bench/out/smoke_cache  # ~2 min
 
 Needs `pip install pydensecrf2` (builds from source with gcc in about a minute).
 """
 from __future__ import annotations
-import argparse, json, os, platform, shutil, subprocess, sys, time, itertools, datetime
+import argparse, contextlib, json, os, shutil, sys, time, itertools
 from pathlib import Path
+from record import RESULTS, in_results, provenance, record, tee_stdout
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get('BREFINE_DATA', REPO.parent/'shared/data'))   # where the data sets are read in place
+DATA_DIRS = {'camvid': 'camvid/CamVid', 'stanford': 'stanford_background'}   # each data set's folder in DATA
 WEIGHTS = REPO.parent/'shared/weights/mobilenet_v2-b0353104.pth'
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASE_BUDGET_PX = 8 * 367 * 360 * 480      # training pixels for the base model
@@ -44,6 +53,8 @@ EMBEDDER = dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwarg
 CRF_GRID = dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))
 QUICK_CAL = dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 0.1), votes=(0, 5))
 QUICK_CRF = dict(sxy=(50,), srgb=(13,), compat=(4, 10))
+QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of each split
+BASE_FILE, EMB_FILE = 'base_mnv2os16_e{}.pth', 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt'   # cache names by epochs
 
 T0 = time.perf_counter()
 def log(*a): print(f'[{time.perf_counter() - T0:7.1f}s]', *a, flush=True)
@@ -59,25 +70,42 @@ class stage:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('dataset', choices=('camvid', 'stanford'), help='which data set (read in place from --data)')
+    p.add_argument('dataset', choices=sorted(DATA_DIRS), help='which data set (read in place from --data)')
     p.add_argument('--data', type=Path, default=None, help='data folder (default: the shared copy beside the repository)')
     p.add_argument('--cache', type=Path, default=None, help='trained models (default: bench/out/<dataset>_cache; git-ignored)')
     p.add_argument('--out', type=Path, default=REPO/'bench/out', help='results folder')
+    p.add_argument('--record', metavar='NAME', default=None,
+                   help='record the run: results, figure and log as bench/results/<dataset>/NAME.*, and an entry in the manifest')
     p.add_argument('--quick', action='store_true', help='smoke run: 8/4/4 images, 1 epoch each, small grids, 1 thread')
     p.add_argument('--threads', type=int, default=2, help='torch / OpenCV threads')
     p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
     p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
     a = p.parse_args(argv)
-    a.data = a.data or DATA/('camvid/CamVid' if a.dataset == 'camvid' else 'stanford_background')
+    a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
     if a.quick: a.threads = 1
+    if a.record is not None:
+        if not a.record or Path(a.record).name != a.record or a.record.startswith('.'): p.error(f'--record needs a plain file name, got {a.record!r}')
+        if a.train_only: p.error('--record records results: it does not combine with --train-only')
+        a.out = RESULTS/a.dataset
     return a
 
+def outputs(args) -> dict:
+    "The files a run writes: results table, JSON, figure, and with --record its log."
+    if args.record is None:
+        return dict(md=args.out/f'{args.dataset}_results.md', json=args.out/f'{args.dataset}.json', png=args.out/f'{args.dataset}_figure.png')
+    return {k: args.out/f'{args.record}{s}' for k, s in dict(md='.md', json='.json', png='_figure.png', log='.log').items()}
+
 # ---------------------------------------------------------------------------------------------------------------- setup
+def load_dataset(name: str, root=None, quick: bool = False):
+    "The `brefine.data` description of data set `name` ('camvid' or 'stanford') read from `root` (default: in DATA); `quick`: the smoke subset."
+    from brefine.data import camvid, stanford_background
+    ds = (camvid if name == 'camvid' else stanford_background)(root or DATA/DATA_DIRS[name])
+    return ds.subset(**QUICK_SPLITS) if quick else ds
+
 def setup(args):
     import torch, cv2
-    from brefine.data import camvid, stanford_background
     torch.set_num_threads(args.threads); cv2.setNumThreads(args.threads)
     ck = Path(torch.hub.get_dir())/'checkpoints'
     if not (ck/WEIGHTS.name).exists():                   # the offline ImageNet file, where torchvision's weights API looks
@@ -85,15 +113,19 @@ def setup(args):
         ck.mkdir(parents=True, exist_ok=True)
         tmp = ck/(WEIGHTS.name + '.tmp'); shutil.copyfile(WEIGHTS, tmp); os.replace(tmp, ck/WEIGHTS.name)
     args.cache.mkdir(parents=True, exist_ok=True); args.out.mkdir(parents=True, exist_ok=True)
-    ds = camvid(args.data) if args.dataset == 'camvid' else stanford_background(args.data)
-    if args.quick: ds = ds.subset(train=8, val=4, test=4)
-    return ds
+    return load_dataset(args.dataset, args.data, args.quick)
 
 def epochs(budget_px: int, ds, quick: bool) -> int:
     "Epochs that spend `budget_px` training pixels on `ds`'s training split at its training size."
     if quick: return 1
     h, w = ds.train_size()
     return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
+
+def cache_files(cache, ds, quick: bool = False) -> dict:
+    "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
+    emb = Path(cache)/EMB_FILE.format(epochs(EMB_BUDGET_PX, ds, quick))
+    return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
+                prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
 # ----------------------------------------------------------------------------------------------------------- base model
 def _dilate_mobilenet(blocks, output_stride: int = 16) -> int:
@@ -172,7 +204,7 @@ def get_base(args, ds, dls_fn, n_epochs):
     "The trained base model, from the cache or trained now."
     import numpy as np
     from brefine.core import atomic_save
-    f = args.cache/f'base_mnv2os16_e{n_epochs}.pth'
+    f = args.cache/BASE_FILE.format(n_epochs)
     if f.exists(): log(f'base model loaded from {f}'); return load_base(f, ds.n_classes)
     from fastai.learner import Learner
     from fastai.callback.tracker import SaveModelCallback
@@ -186,6 +218,14 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
+def load_cached(cache, ds, quick: bool = False):
+    "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
+    from brefine.inference import Refiner
+    f = cache_files(cache, ds, quick)
+    for k in ('base', 'refiner'):
+        if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
+    return load_base(f['base'], ds.n_classes), Refiner.load(f['refiner'])
+
 def base_probs_of(model, img):
     "(M,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
     import torch
@@ -195,19 +235,16 @@ def base_probs_of(model, img):
 # -------------------------------------------------------------------------------------------------------------- brefine
 def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
-    from brefine.core import atomic_save, safe_load
-    from brefine.learner import refine_learner
-    from brefine.cli import embedder_from_checkpoint
-    f = args.cache/f'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{n_epochs}.pt'
-    if f.exists(): log(f'embedder loaded from {f}'); return embedder_from_checkpoint(safe_load(f, 'embedder checkpoint')), f
+    from brefine.learner import refine_learner, load_embedder, save_embedder
+    f = args.cache/EMB_FILE.format(n_epochs)
+    if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     learn = refine_learner(dls_fn(), pretrained=True, ignore_index=ds.void, backbone_init=base.backbone, path=args.cache,
                            model_dir='.', **EMBEDDER)
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
-    atomic_save(dict(format='brefine.embedder', version=1, config=dict(net.config, pretrained=False),
-                     state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()}, meta={}), f)
+    save_embedder(net, f)
     return net.eval(), f
 
 def prototype_batches(ds, bs=4):
@@ -292,17 +329,21 @@ def save_figure(path, ds, fs, preds, gts, n=3):
     fig.tight_layout()
     tmp = path.with_name('.' + path.stem + '.tmp.png'); fig.savefig(tmp, dpi=90); plt.close(fig); os.replace(tmp, path)
 
-def provenance(argv) -> dict:
-    "The command, commit, date and machine of this run."
-    try: commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    except OSError: commit = ''
-    return dict(command=' '.join(['.venv/bin/python', 'bench/benchmark.py'] + list(argv)), git_commit=commit,
-                date=datetime.date.today().isoformat(), machine=f'{platform.machine()}, {os.cpu_count()} cores, {platform.system()}')
-
 # ----------------------------------------------------------------------------------------------------------------- main
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    out = outputs(args)
+    if in_results(out['md']) and out['md'].exists():
+        sys.exit(f'{out["md"]} exists: a recorded run is never overwritten; choose another --record NAME.')
+    with contextlib.ExitStack() as stack:
+        if 'log' in out:                                 # a recorded run keeps its log
+            out['log'].parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(tee_stdout(stack.enter_context(open(out['log'], 'w', encoding='utf-8'))))
+        run(args, argv, out)
+
+def run(args, argv, dest):
+    "The benchmark with parsed `args` (command-line arguments `argv`), writing the files `dest` names."
     ds = setup(args)
     log(f'{ds}; args', {k: str(v) for k, v in vars(args).items()})
     import numpy as np, torch
@@ -355,21 +396,21 @@ def main(argv=None):
     with stage('test: metrics'):
         res = {'base': metrics_row(ds, preds['base'], gts, s['base']), 'densecrf': metrics_row(ds, preds['DenseCRF'], gts, s['crf']),
                'brefine': metrics_row(ds, preds['brefine'], gts, s['emb'] + s['post'])}
-    save_figure(args.out/f'{args.dataset}_figure.png', ds, tf, preds, gts)
+    save_figure(dest['png'], ds, tf, preds, gts)
 
     seconds = time.perf_counter() - T0
-    record = dict(dataset=ds.name, **res, settings=dict(ref.settings, crf=crf_cfg), training=dict(
+    summary = dict(dataset=ds.name, **res, settings=dict(ref.settings, crf=crf_cfg), training=dict(
         base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=EMBEDDER),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
                  base_miou=cal['base_miou'], crf_images=n_crf),
-        stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **provenance(argv), seconds=round(seconds))
-    with atomic_write(args.out/f'{args.dataset}.json', 'w') as fh: json.dump(record, fh, indent=1)
+        stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **provenance('bench/benchmark.py', argv), seconds=round(seconds))
+    with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
     names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine'}
-    lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{record["command"]}` (commit {record["git_commit"]}, '
-             f'{record["date"]}, {record["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
-             f'Train {record["split"]["train"]}, val {record["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
+    lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
+             f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
+             f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
              f'- brefine: {EMBEDDER}, {emb_ep} epochs; calibrated on val: {ref.settings}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
@@ -382,8 +423,11 @@ def main(argv=None):
     lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image. Stage times: "
               + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '']
     md = '\n'.join(lines)
-    with atomic_write(args.out/f'{args.dataset}_results.md', 'w') as fh: fh.write(md)
+    with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
+    if in_results(dest['md']):
+        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'log') if k in dest])
+        log(f"recorded {e['file']} in bench/results/manifest.json")
 
 if __name__ == '__main__':
     main()

@@ -6,10 +6,13 @@
 2. Peak memory at 1024x2048, batch 1: `band_features` vs upsampling the embeddings to full size and indexing
    (target < half). Each variant runs in its own subprocess; we report the increase of peak RSS over the inputs.
 
-usage: python bench/learner.py [--quick]
+`--record` also writes the printout to bench/results/learner.txt and records it in bench/results/manifest.json.
+
+usage: .venv/bin/python bench/learner.py [--quick] [--record]
 """
-import os, sys, time, json, subprocess, statistics, resource
+import argparse, os, sys, time, json, subprocess, statistics, resource
 import torch
+from record import main_recorded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -108,8 +111,12 @@ def bench_memory():
             res[(mode, grad)] = json.loads(out.stdout.strip().splitlines()[-1])
     return res
 
-if __name__ == '__main__':
-    quick = '--quick' in sys.argv
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--quick', action='store_true', help='fewer batches and rounds')
+    main_recorded(ap, 'learner', lambda a: run(a.quick))
+
+def run(quick):
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     r = bench_memory()
@@ -124,3 +131,6 @@ if __name__ == '__main__':
     print(f"  plain fwd+bwd (dummy loss)    {t['plain']*1e3:7.1f} ms   ratio {t['step']/t['plain']:.3f}  (target <= 1.15)")
     print(f"  plain fwd+bwd+Adam step       {t['plain_opt']*1e3:7.1f} ms   ratio {t['step']/t['plain_opt']:.3f}")
     print(f"  of which: TripletLoss fwd+bwd {t['loss']*1e3:7.1f} ms   ({t['loss']/t['plain']:.1%} of plain fwd+bwd)")
+
+if __name__ == '__main__':
+    main()

@@ -1,11 +1,13 @@
 """Speed of brefine.metrics on CamVid-sized data: 233 label maps of 360x480, 11 classes, void 11.
 Prints each metric's time and its ratio to a bare np.bincount confusion matrix over the same data, measured in the
 same run (so the ratios do not depend on the machine). Uses the CamVid test labels when present, else synthetic maps.
-usage: .venv/bin/python bench/metrics.py"""
-import time
+`--record` also writes the printout to bench/results/metrics.txt and records it in bench/results/manifest.json.
+usage: .venv/bin/python bench/metrics.py [--record]"""
+import argparse, time
 from pathlib import Path
 import numpy as np, cv2
 from brefine.metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou, evaluate
+from record import main_recorded
 
 def synthetic(n=233, size=(360, 480), seed=0):
     rng = np.random.default_rng(seed)
@@ -27,7 +29,11 @@ def timed(f, reps=3):
         t = time.perf_counter(); f(); best = min(best, time.perf_counter() - t)
     return best
 
-if __name__ == '__main__':
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    main_recorded(ap, 'metrics', lambda a: run())
+
+def run():
     d = Path(__file__).resolve().parents[2]/'shared/data/camvid/CamVid/testannot'
     gts = np.stack([cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in sorted(d.glob('*.png'))]) if d.exists() else synthetic()
     print(f"{'CamVid test labels' if d.exists() else 'synthetic maps'}: {gts.shape}")
@@ -46,3 +52,6 @@ if __name__ == '__main__':
                     ('evaluate base+refined', lambda: evaluate(gts, base, ref, n_classes=11, ignore_index=11, plot=False))]:
         t = timed(f, 1 if name.startswith('evaluate') else 3)
         print(f'{name:>24}: {t:.2f} s  ({t / t0:.1f}x baseline)')
+
+if __name__ == '__main__':
+    main()

@@ -1,9 +1,9 @@
 """brefine's cost relative to the base model, measured in one run (issue 6, point 3).
 
 For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
-- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/camvid.py's base, random weights: speed only), logits at image
-  size, from the raw uint8 image (`prepare_image` included, as in bench/camvid.py);
-- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/camvid.py
+- base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/benchmark.py's base, 11 classes, random weights: speed only),
+  logits at image size, from the raw uint8 image (`prepare_image` included, as in bench/benchmark.py);
+- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/benchmark.py
   trains), likewise from the raw image;
 - brefine post-processing: everything `refine_predict` does after the embedder -- `base_probs` of the base logits,
   `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band pixels only) -- on scene-like 11-class
@@ -12,14 +12,15 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
   and the band of the arg-max map (`batch_band`), from the same probabilities;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
-Prints times and peak-memory growth as ratios to the base forward's. Usage:
+Prints times and peak-memory growth as ratios to the base forward's; `--record` also writes the printout to
+bench/results/speed.txt and records it in bench/results/manifest.json. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
         [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5 --min-prob 0]   (defaults: the settings calibrated on CamVid val)
+        [--record]
 """
-import argparse, sys, time
-from pathlib import Path
+import argparse, time
+from record import main_recorded
 
-REPO = Path(__file__).resolve().parent.parent
 SIZES = [(360, 480), (1024, 2048)]
 
 def _scene_logits(H, W, M=11):
@@ -32,11 +33,11 @@ def _stages(H, W, threads, a):
     "The three stages as closures over models and inputs built here."
     import torch, numpy as np
     torch.set_num_threads(threads)
-    sys.path.insert(0, str(REPO/'bench')); import camvid
+    from benchmark import base_model
     from brefine import EmbeddingNet, Prototypes
     from brefine.inference import prepare_image, base_probs, relabel
     from brefine.band import batch_band
-    base = camvid.base_model(pretrained=False).eval()
+    base = base_model(n_classes=11, pretrained=False).eval()
     emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     logits = _scene_logits(H, W)
@@ -80,7 +81,9 @@ def main():
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
     ap.add_argument('--vote', type=int, default=5); ap.add_argument('--min-prob', type=float, default=0.)
-    a = ap.parse_args()
+    main_recorded(ap, 'speed', run)
+
+def run(a):
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, '
           f'min_prob {a.min_prob})')

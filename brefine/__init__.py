@@ -7,10 +7,12 @@ __version__ = "0.1.0"
 __all__ = []
 
 # %% ../nbs/index.ipynb #b15f207f
+from . import core, band, data, learner, prototypes, inference, metrics
 from .core import *
-from .band import near_boundary_mask, batch_band
-from .data import band_dblock, dls_from_folders, dls_from_label_func, synthetic_scene, make_synthetic_folder
-from .learner import EmbeddingNet, TripletCallback, refine_learner, init_backbone, band_features, sample_features
-from .prototypes import Prototypes, extract_prototypes
-from .inference import refine_predict, Refiner, calibrate
-from .metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou, evaluate
+from .band import *
+from .data import *
+from .learner import *
+from .prototypes import *
+from .inference import *
+from .metrics import *
+__all__ = [name for m in (core, band, data, learner, prototypes, inference, metrics) for name in m.__all__]

@@ -4,26 +4,23 @@
 
 # %% ../nbs/07_cli.ipynb #4db3fe85
 from __future__ import annotations
-import io, os, sys, json, time, random, warnings, contextlib
+import io, os, sys, random, warnings, contextlib, importlib.util
 from pathlib import Path
 import numpy as np
 import torch
-from fastcore.basics import patch
+from fastcore.basics import patch, store_attr, ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib
-from .core import as_float, as_int, atomic_save, atomic_write, safe_load, to_numpy, default_device
-from .prototypes import _model_of
+from .core import as_float, as_int, atomic_save, atomic_write, safe_load, to_numpy, default_device, _model_of, _norm_stats
 
 # %% auto #0
-__all__ = ['CKPT_FORMAT', 'CKPT_VERSION', 'IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'rng_states', 'set_rng_states',
-           'save_checkpoint', 'load_checkpoint', 'embedder_from_checkpoint', 'resume_learner', 'CheckpointCallback',
-           'StopAfter', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate', 'demo', 'main']
+__all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint',
+           'resume_learner', 'CheckpointCallback', 'StopAfter', 'train', 'prototypes', 'read_image', 'RefineItems',
+           'refine', 'evaluate', 'demo', 'main']
 
 # %% ../nbs/07_cli.ipynb #9ec776d2
-CKPT_FORMAT, CKPT_VERSION = 'brefine.embedder', 1
-
 def _plain_tree(o):
     "Only dicts, lists, tensors, numbers and strings, as `torch.load(weights_only=True)` accepts (fastai's `L` becomes a list)."
     if isinstance(o, dict): return {k: _plain_tree(v) for k, v in o.items()}
@@ -68,30 +65,21 @@ def _every_process(o) -> list:
 
 def save_checkpoint(learn, path, epoch: int, n_epochs: int, meta: dict,
                     rngs: list = None) -> Path:   # random states of every process (rank order); default: this process's
-    "Atomically write the embedder (config + weights), optimiser state, random states and progress of `learn` to `path`."
-    model = _model_of(learn.model)
+    "Atomically write the embedder of `learn` (as `save_embedder` does) with its optimiser state, random states and progress to `path`."
+    from brefine.learner import embedder_state
     opt = _plain_tree(learn.opt.state_dict()) if learn.opt is not None else None
     rngs = rngs or [rng_states(learn.dls)]
-    return atomic_save(dict(format=CKPT_FORMAT, version=CKPT_VERSION, config=dict(model.config, pretrained=False),
-                            state_dict={k: v.detach().cpu() for k, v in model.state_dict().items()},
-                            opt=opt, rng=rngs[0], rng_ranks=rngs, epoch=epoch, n_epochs=n_epochs, meta=_plain_tree(meta)), path)
+    return atomic_save(dict(embedder_state(learn.model), opt=opt, rng=rngs[0], rng_ranks=rngs, epoch=epoch, n_epochs=n_epochs,
+                            meta=_plain_tree(meta)), path)
 
 def load_checkpoint(path) -> dict:
     "Read a checkpoint written by `save_checkpoint`, validating it; never executes code from the file."
-    ck = safe_load(path, 'embedder checkpoint')
-    if not isinstance(ck, dict) or ck.get('format') != CKPT_FORMAT:
-        raise ValueError(f"{path} is not a brefine embedder checkpoint. Make one with `brefine train`.")
-    if ck.get('version', 0) > CKPT_VERSION:
-        raise ValueError(f"{path} was written by a newer brefine (format {ck['version']}): `pip install -U brefine`.")
+    from brefine.learner import check_embedder_state
+    ck = check_embedder_state(safe_load(path, 'embedder checkpoint'), path)
+    if 'epoch' not in ck or not isinstance(ck.get('meta'), dict):
+        raise ValueError(f"{path} holds an embedder but no training state (epoch, classes, band radius): it was not written by "
+                         "`brefine train`. Load it with `load_embedder`.")
     return ck
-
-def embedder_from_checkpoint(ck):
-    "The `EmbeddingNet` stored in a checkpoint (dict or path), in eval mode."
-    from brefine.learner import EmbeddingNet
-    if not isinstance(ck, dict): ck = load_checkpoint(ck)
-    net = EmbeddingNet(**ck['config'])
-    net.load_state_dict(ck['state_dict'])
-    return net.eval()
 
 def resume_learner(learn, ck) -> int:
     "Load the weights, optimiser and random states of checkpoint `ck` (dict or path) into `learn`: the epoch to continue from."
@@ -134,7 +122,7 @@ class CheckpointCallback(_CompletedEpochs):
 class StopAfter(_CompletedEpochs):
     "End training cleanly after `n` completed epochs of this run (after the checkpoint of the last one is written)."
     order = CheckpointCallback.order + 1
-    def __init__(self, n: int): self.n = n
+    def __init__(self, n: int): store_attr()
     def before_fit(self): self.done = 0
     def after_completed_epoch(self):
         self.done += 1
@@ -221,7 +209,6 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     from fastai.torch_core import set_seed
     from brefine.data import dls_from_folders
     from brefine.learner import refine_learner
-    from brefine.prototypes import _norm_stats
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
@@ -252,9 +239,8 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
         _say(f"resuming from epoch {start} of {epochs}")
     cbs = [CheckpointCallback(out, meta)] + ([StopAfter(stop_after)] if stop_after else [])
     if _distributed():
-        try: import accelerate
-        except ImportError: raise ImportError("Multi-process training goes through fastai's `distrib_ctx`, which needs Accelerate: "
-                                              "`pip install accelerate`.") from None
+        if importlib.util.find_spec('accelerate') is None:
+            raise ImportError("Multi-process training goes through fastai's `distrib_ctx`, which needs Accelerate: `pip install accelerate`.")
         _gloo_safe_broadcast()
     gpu = torch.cuda.is_available()
     ctx = learn.distrib_ctx(sync_bn=gpu, cpu=not gpu) if _distributed() else contextlib.nullcontext()
@@ -284,6 +270,7 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     from brefine.data import dls_from_folders
+    from brefine.learner import embedder_from_state
     from brefine.prototypes import extract_prototypes
     from fastai.data.transforms import get_image_files
     _ints(bs=(bs, 1), workers=(workers, 0))
@@ -297,7 +284,7 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
         if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
         dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers)
         dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
-        net = embedder_from_checkpoint(ck).to(default_device())
+        net = embedder_from_state(ck, checkpoint).to(default_device())
         pr = extract_prototypes(net, dl, len(m['codes']), radius=m['radius'], ignore_index=m['void'], names=m['codes'],
                                 mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)
         if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
@@ -472,9 +459,10 @@ def _check_outputs(files, dsts, inputs):
 def _refiner(bundle, checkpoint, protos, top_n, radius, vote):
     "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the settings given as options."
     from brefine.inference import Refiner
+    from brefine.learner import load_embedder
     from brefine.prototypes import Prototypes
     if bundle: ref = Refiner.load(bundle)
-    elif checkpoint and protos: ref = Refiner(embedder_from_checkpoint(checkpoint), Prototypes.load(protos))
+    elif checkpoint and protos: ref = Refiner(load_embedder(checkpoint), Prototypes.load(protos))
     else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     n = ref.prototypes.n_classes
     if top_n is not None: ref.top_n = as_int(top_n, '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
@@ -507,7 +495,7 @@ def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, b
     n = 0
     for groups in progress_bar(dl, total=len(dl)):
         for idx, imgs, sc in groups:
-            lab = ref(imgs, model if model is not None else sc)
+            lab = ref(imgs, ifnone(model, sc))
             for i, l in zip(idx.tolist(), to_numpy(lab)): _write_png(l, dsts[i], palette); n += 1
     return n
 

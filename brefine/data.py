@@ -22,7 +22,7 @@ from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_trans
 from torchvision.transforms.functional import gaussian_blur
 from fastcore.basics import store_attr, patch
 from fastai.data.core import DataLoaders
-from .band import batch_band, near_boundary_mask
+from .band import batch_band
 
 # %% auto #0
 __all__ = ['SYNTH_CODES', 'CAMVID_CODES', 'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock',

@@ -4,12 +4,13 @@
 
 # %% ../nbs/08_demo.ipynb #b66f7e55
 from __future__ import annotations
-import time, tempfile
+import time
 from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import ifnone
 from fastai.vision.all import Learner, CrossEntropyLossFlat, Adam
 from .core import to_numpy, atomic_write
 from .data import make_synthetic_folder, dls_from_folders, synthetic_scene, SYNTH_CODES
@@ -37,7 +38,7 @@ class CoarseSegmenter(nn.Module):
 
 class MaskLoss:
     "Cross-entropy on the mask of an (image, mask, band) batch; void pixels ignored."
-    def __init__(self, ignore_index=None): self.ce = CrossEntropyLossFlat(axis=1, ignore_index=-100 if ignore_index is None else ignore_index)
+    def __init__(self, ignore_index=None): self.ce = CrossEntropyLossFlat(axis=1, ignore_index=ifnone(ignore_index, -100))
     def __call__(self, pred, mask, *_): return self.ce(pred, mask)
     def decodes(self, x): return x.argmax(1)
     def activation(self, x): return x.softmax(1)
@@ -77,7 +78,7 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
     base_model = base.model.eval()
     ref = Refiner(learn.model.eval(), protos)
     val_imgs, val_gts = _heldout(n_valid, seed + 10_000, size)
-    cal = ref.calibrate(val_imgs, base_model, val_gts, progress=False)
+    ref.calibrate(val_imgs, base_model, val_gts, progress=False)
     say(f"calibrated on {n_valid} validation scenes: radius={ref.radius} top_n={ref.top_n} tau={ref.tau} alpha={ref.alpha} vote={ref.vote}")
     imgs, gts = _heldout(n_test, seed + 20_000, size)
     x, _ = prepare_image(np.stack(imgs), protos.mean, protos.std)
@@ -96,7 +97,7 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
 
 # %% ../nbs/08_demo.ipynb #02254860
 def _figure(imgs, gts, base, refined, fname):
-    import matplotlib; import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt
     k = len(imgs); fig, axs = plt.subplots(k, 5, figsize=(13, 2.3 * k), squeeze=False)
     for i in range(k):
         changed = np.zeros(gts[i].shape + (3,)); changed[(base[i] != refined[i]) & (refined[i] == gts[i])] = (0, 0.8, 0)

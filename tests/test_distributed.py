@@ -56,7 +56,7 @@ def torchrun(*args, nproc=2, retries=1):
            '--no-python', str(BREFINE)] + [str(a) for a in args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     if r.returncode != 0 and 'Signal 6 (SIGABRT)' in r.stderr and retries:
-        # A worker has died of a bare SIGABRT, with no Python error, in two clean-clone CI runs on the 2-core machine (sessions 3, 5);
+        # A worker has died of a bare SIGABRT, with no Python error, in two clean-clone CI runs on a 2-core machine;
         # once more on a fresh port, said out loud. A real failure fails again.
         warnings.warn(f"torchrun worker aborted (SIGABRT) without an error message; running once more: {' '.join(map(str, args))}")
         if '--out' in args:                                   # the output and any temporary file of it, so the rerun starts clean

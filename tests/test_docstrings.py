@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT/'nbs'
 
-# name -> what is missing, as reported by this test; the notebooks' owners fix them (issue 7). Keep it shrinking.
+# name -> what is missing, as reported by this test; fix the notebook, then remove the entry. Keep it empty.
 KNOWN_GAPS = {}
 
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from brefine.cli import main, CKPT_FORMAT, CKPT_VERSION
+from brefine.cli import main
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder
 from brefine.inference import Refiner
-from brefine.learner import EmbeddingNet
+from brefine.learner import EmbeddingNet, embedder_state
 from brefine.prototypes import Prototypes
 
 
@@ -28,8 +28,7 @@ def world(tmp_path_factory):
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
     protos = Prototypes(torch.randn(4, 8), torch.full((4,), 9), radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)
     Refiner(net, protos).save(d/'bundle')
-    atomic_save(dict(format=CKPT_FORMAT, version=CKPT_VERSION, config=dict(net.config, pretrained=False), state_dict=net.state_dict(),
-                     epoch=1, n_epochs=1, meta={}), d/'emb.pt')
+    atomic_save(dict(embedder_state(net), epoch=1, n_epochs=1, meta={}), d/'emb.pt')
     protos.save(d/'protos.pt')
     (d/'img').mkdir(); (d/'scores').mkdir()
     rng = np.random.default_rng(0)

@@ -1,0 +1,197 @@
+"""Analyses of a benchmark run: where the base model is wrong, how brefine chooses, how settings compare (no training).
+
+Each reads the models `bench/benchmark.py <dataset>` cached (`--cache`, default bench/out/<dataset>_cache; `--quick`
+for the models of a --quick run, on the same small subset) and every `--every`-th image of `--split` (val by default;
+test only to diagnose: settings are never chosen on test). `--record NAME` also writes the printout to
+`bench/results/<dataset>/NAME.txt` and adds it to the manifest (`bench/record.py`).
+
+- `errors`: per class, the base model's IoU and brefine's (the calibrated `Refiner` bundle); of the pixels of that class
+  the base gets wrong, the share inside a band of `--radius` around the base's boundaries, and where the true class
+  ranks in the base's scores (2nd, 3rd, 4th, 5th or lower): what a band-and-top-N refinement can reach.
+- `choice`: band pixels (radius `--radius` around the base's arg-max, void excluded) whose true class is among the base's
+  top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
+  often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
+  cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall.
+- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,min_prob] (tau `none`: no gate;
+  none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
+  F @ 3 px and post-processing milliseconds per image, and the base's scores.
+
+Usage (from the repository root):
+
+    .venv/bin/python bench/analyse.py errors stanford                      # every 2nd val image, band radius 4
+    .venv/bin/python bench/analyse.py choice camvid --top-n 3 --split test --every 8
+    .venv/bin/python bench/analyse.py settings camvid --every 1 18,2,0.9,0,11 18,3,0.9,0.1,5 --record camvid_settings_new
+    .venv/bin/python bench/analyse.py errors stanford --quick --cache bench/out/smoke_cache       # on a --quick run's models
+"""
+from __future__ import annotations
+import argparse, re, sys, time
+from pathlib import Path
+
+import benchmark as B
+from record import RESULTS, printout
+
+def parse_setting(s: str) -> dict:
+    "radius,top_n,tau,alpha,vote[,min_prob] as `relabel`'s keyword arguments (tau 'none': no gate)."
+    try:
+        r, k, t, a, v, *m = s.split(',')
+        if len(m) > 1: raise ValueError
+        return dict(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v),
+                    min_prob=float(m[0]) if m else 0.)
+    except ValueError: raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote[,min_prob], got {s!r}') from None
+
+def parse_args(argv=None):
+    doc = __doc__.split('\n\n')
+    p = argparse.ArgumentParser(description=doc[0], epilog='\n\n'.join(doc[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest='analysis', required=True)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    common.add_argument('dataset', choices=sorted(B.DATA_DIRS), help='the data set of the benchmark run')
+    common.add_argument('--data', type=Path, default=None, help='data folder (default: in $BREFINE_DATA)')
+    common.add_argument('--cache', type=Path, default=None, help="the run's models (default: bench/out/<dataset>_cache)")
+    common.add_argument('--quick', action='store_true', help='the models of a --quick run, on its subset of the data')
+    common.add_argument('--split', default='val', choices=('train', 'val', 'test'), help='test only to diagnose')
+    common.add_argument('--threads', type=int, default=2, help='torch threads')
+    common.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt and record it')
+    blurb = dict(re.findall(r'^- `(\w+)`: (.*?)(?=^- `|\Z)', __doc__.split('\n\n')[2], re.S | re.M))
+    short = dict(errors="per class: base and brefine IoU, wrong pixels in the band, the truth's rank in the base's scores",
+                 choice="band pixels: the truth among the base's top N, and how often each rule picks it",
+                 settings='mIoU, boundary F and time of given brefine settings')
+    mk = lambda k: sub.add_parser(k, parents=[common], help=short[k], description=blurb[k],
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e = mk('errors')
+    e.add_argument('--radius', type=int, default=4, help='band radius'); e.add_argument('--every', type=int, default=2, help='every N-th image')
+    c = mk('choice')
+    c.add_argument('--radius', type=int, default=4, help='band radius'); c.add_argument('--every', type=int, default=4, help='every N-th image')
+    c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
+    s = mk('settings')
+    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,min_prob] (none: the bundle's)")
+    s.add_argument('--every', type=int, default=2, help='every N-th image')
+    a, rest = p.parse_known_args(argv)
+    if rest:                                             # settings given after options: argparse leaves them over
+        if a.analysis != 'settings' or any(r.startswith('-') for r in rest): p.error(f"unrecognized arguments: {' '.join(rest)}")
+        try: a.settings += [parse_setting(r) for r in rest]
+        except argparse.ArgumentTypeError as e: p.error(str(e))
+    if a.every < 1: p.error(f'--every must be >= 1, got {a.every}')
+    if a.record is not None and (not a.record or Path(a.record).name != a.record or a.record.startswith('.')):
+        p.error(f'--record needs a plain file name, got {a.record!r}')
+    a.cache = a.cache or B.REPO/f'bench/out/{a.dataset}_cache'
+    return a
+
+def void_mask(ds, gt):
+    "Pixels with a class label (not void, not out of range)."
+    return (gt < ds.n_classes) & (gt != ds.void) if ds.void is not None else gt < ds.n_classes
+
+def iou(cm):
+    import numpy as np
+    return np.diag(cm) / np.maximum(cm.sum(0) + cm.sum(1) - np.diag(cm), 1)
+
+# --------------------------------------------------------------------------------------------------------------- errors
+def errors(a, ds, fs):
+    import numpy as np, torch
+    from brefine.band import batch_band
+    base, ref = B.load_cached(a.cache, ds, a.quick)
+    n = ds.n_classes
+    cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
+    rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
+    with torch.inference_mode():
+        for f in fs:
+            img, gt = ds.read(f)
+            p = B.base_probs_of(base, img)
+            b, r, v = p.argmax(0).numpy(), ref(img, p).numpy(), void_mask(ds, gt)
+            g = gt.astype(np.int64)
+            for k, pr in (('base', b), ('brefine', r)): cm[k] += np.bincount(g[v] * n + pr[v], minlength=n * n).reshape(n, n)
+            wrong = v & (b != g)
+            rk = ((-p.numpy()).argsort(0) == g[None]).argmax(0)
+            band = batch_band(torch.from_numpy(b), a.radius).numpy()
+            for c in range(n):
+                m = wrong & (g == c)
+                rank[c] += np.bincount(rk[m], minlength=n); inband[c] += [int((m & band).sum()), int(m.sum())]
+    w = max(11, max(len(c) for c in ds.codes))
+    print(f'{len(fs)} {a.split} images; brefine settings {ref.settings}')
+    print(f"{'class':{w}s} {'IoU base':>8s} {'brefine':>8s} {'wrong px':>9s} {'in band':>8s}   truth ranks 2nd 3rd 4th 5th+ in the base's scores")
+    for c in range(n):
+        t = max(rank[c].sum(), 1)
+        print(f'{ds.codes[c]:{w}s} {iou(cm["base"])[c]:8.2f} {iou(cm["brefine"])[c]:8.2f} {rank[c].sum():9d} '
+              f'{inband[c, 0] / max(inband[c, 1], 1):8.2f}   ' + ' '.join(f'{x / t:.2f}' for x in (*rank[c, 1:4], rank[c, 4:].sum())))
+    print(f"{'mean':{w}s} {iou(cm['base']).mean():8.4f} {iou(cm['brefine']).mean():8.4f}")
+
+# --------------------------------------------------------------------------------------------------------------- choice
+def choice(a, ds, fs):
+    import numpy as np, torch, torch.nn.functional as F
+    from brefine.band import batch_band
+    from brefine.learner import sample_features
+    from brefine.inference import prepare_image
+    base, ref = B.load_cached(a.cache, ds, a.quick)
+    net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
+    V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
+    alphas = (0.3, 1, 3)
+    rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in alphas]
+    right, total, band_px = dict.fromkeys(rules, 0), 0, 0
+    per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean')}
+    with torch.inference_mode():
+        for f in fs:
+            img, gt = ds.read(f)
+            x = prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]; p = base(x).softmax(1)
+            y, xx = batch_band(p.argmax(1), a.radius)[0].nonzero(as_tuple=True)
+            g = torch.from_numpy(gt.astype(np.int64))[y, xx]
+            pp = p[0][:, y, xx].t(); cand = pp.topk(a.top_n, 1).indices
+            labelled = torch.from_numpy(void_mask(ds, gt))[y, xx]
+            ok = (cand == g[:, None]).any(1) & labelled
+            band_px += int(labelled.sum())
+            cand, pp, g = cand[ok], pp[ok], g[ok]
+            fe = sample_features(net(x), torch.zeros_like(y), y, xx, gt.shape)[ok]
+            d_e, d_c, lp = torch.cdist(fe, V) ** 2, 2 * (1 - F.normalize(fe, dim=1) @ Vn.t()), pp.clamp_min(1e-12).log()
+            pick = lambda d: cand.gather(1, d.gather(1, cand).argmin(1, keepdim=True))[:, 0]
+            picks = {'base': cand[:, 0], 'euclidean': pick(d_e), 'cosine': pick(d_c)}
+            for x_ in alphas: picks[f'euclidean alpha={x_}'] = pick(d_e - x_ * lp); picks[f'cosine alpha={x_}'] = pick(d_c - x_ * lp)
+            for k, v in picks.items(): right[k] += int((v == g).sum())
+            for k in per:
+                per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
+            total += int(ok.sum())
+    print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max: {band_px} labelled band pixels, '
+          f'{total} ({total / max(band_px, 1):.3f}) with the truth in the base top-{a.top_n}')
+    for k in rules: print(f'  {k:22s} picks the truth {right[k] / max(total, 1):.3f}')
+    for k, t in per.items():
+        r = t[:, 0] / t[:, 1].clamp_min(1)
+        print(f'  per-class recall, {k}:', {ds.codes[i]: round(r[i].item(), 2) for i in range(n) if t[i, 1] > 0})
+
+# ------------------------------------------------------------------------------------------------------------- settings
+def settings(a, ds, fs):
+    import torch
+    from brefine.inference import prepare_image, relabel
+    from brefine.metrics import mean_iou, boundary_f1
+    base, ref = B.load_cached(a.cache, ds, a.quick)
+    cache, gts = [], []
+    with torch.inference_mode():
+        for f in fs:
+            img, gt = ds.read(f); gts.append(gt)
+            x, _ = prepare_image(img, ref.prototypes.mean, ref.prototypes.std)
+            cache.append((ref.embedder(x), B.base_probs_of(base, img)[None]))
+    score = lambda preds: (100 * mean_iou(preds, gts, ds.n_classes, ignore_index=ds.void),
+                           100 * boundary_f1(preds, gts, ds.n_classes, tolerance=3, ignore_index=ds.void))
+    print(f'{len(fs)} {a.split} images (every {a.every}); embedder {ref.embedder.config}; prototypes radius {ref.prototypes.radius}')
+    tried = a.settings or [ref.settings]
+    w = max(len(str(s)) for s in tried)
+    print(f"{'setting':{w}s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
+    m, b = score([p[0].argmax(0).numpy() for _, p in cache])
+    print(f"{'base':{w}s} {m:6.2f} {b:6.2f}")
+    with torch.inference_mode():
+        for s in tried:
+            t = time.perf_counter()
+            preds = [relabel(e, p, ref.prototypes, **s)[0].numpy() for e, p in cache]
+            dt = (time.perf_counter() - t) / len(cache)
+            m, b = score(preds)
+            print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}", flush=True)
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(argv)
+    import torch
+    torch.set_num_threads(a.threads)
+    ds = B.load_dataset(a.dataset, a.data, a.quick)
+    fs = ds.files(a.split)[::a.every]
+    try:
+        with printout('bench/analyse.py', argv, RESULTS/a.dataset/f'{a.record}.txt' if a.record else None):
+            dict(errors=errors, choice=choice, settings=settings)[a.analysis](a, ds, fs)
+    except FileNotFoundError as e: sys.exit(f'{type(e).__name__}: {e}')
+
+if __name__ == '__main__': main()

@@ -1,0 +1,24 @@
+"""brefine/ has no unused imports, undefined names or unused variables (pyflakes). `_modidx.py` is nbdev's index, and the star
+imports of `__init__.py` are the package's public API (its `__all__` is built from the modules' own)."""
+import ast
+from pathlib import Path
+import pytest
+
+pyflakes = pytest.importorskip('pyflakes')
+from pyflakes import checker, messages
+
+PKG = Path(__file__).resolve().parent.parent/'brefine'
+STAR = (messages.ImportStarUsed, messages.ImportStarUsage)
+
+
+def _problems(f: Path) -> list:
+    res = []
+    for m in checker.Checker(ast.parse(f.read_text(), str(f)), filename=str(f)).messages:
+        star_import = isinstance(m, STAR) or (isinstance(m, messages.UnusedImport) and str(m.message_args[0]).endswith('.*'))
+        if not (f.name == '__init__.py' and star_import): res.append(str(m))
+    return res
+
+
+def test_pyflakes_clean():
+    problems = [p for f in sorted(PKG.glob('*.py')) if f.name != '_modidx.py' for p in _problems(f)]
+    assert not problems, 'pyflakes (fix the notebook, then nbdev_export):\n' + '\n'.join(problems)
