@@ -1,4 +1,4 @@
-"""brefine's cost relative to the base model, measured in one run (issue 6, point 3).
+"""brefine's cost relative to the base model, measured in one run (speed and memory against the base forward).
 
 For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
 - base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/benchmark.py's base, 11 classes, random weights: speed only),
