@@ -12,7 +12,7 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
   often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
   cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall.
-- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,min_prob] (tau `none`: no gate;
+- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores.
 
@@ -30,14 +30,13 @@ from pathlib import Path
 import benchmark as B
 from record import RESULTS, printout
 
-def parse_setting(s: str) -> dict:
-    "radius,top_n,tau,alpha,vote[,min_prob] as `relabel`'s keyword arguments (tau 'none': no gate)."
+def parse_setting(s: str):
+    "radius,top_n,tau,alpha,vote as a `RefineSettings` (tau 'none': no gate)."
+    from brefine.inference import RefineSettings
     try:
-        r, k, t, a, v, *m = s.split(',')
-        if len(m) > 1: raise ValueError
-        return dict(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v),
-                    min_prob=float(m[0]) if m else 0.)
-    except ValueError: raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote[,min_prob], got {s!r}') from None
+        r, k, t, a, v = s.split(',')
+        return RefineSettings(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v))
+    except (ValueError, TypeError): raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote, got {s!r}') from None
 
 def parse_args(argv=None):
     doc = __doc__.split('\n\n')
@@ -63,7 +62,7 @@ def parse_args(argv=None):
     c.add_argument('--radius', type=int, default=4, help='band radius'); c.add_argument('--every', type=int, default=4, help='every N-th image')
     c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
     s = mk('settings')
-    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,min_prob] (none: the bundle's)")
+    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
     a, rest = p.parse_known_args(argv)
     if rest:                                             # settings given after options: argparse leaves them over
@@ -168,7 +167,7 @@ def settings(a, ds, fs):
             cache.append((ref.embedder(x), B.base_probs_of(base, img)[None]))
     score = lambda preds: (100 * mean_iou(preds, gts, ds.n_classes, ignore_index=ds.void),
                            100 * boundary_f1(preds, gts, ds.n_classes, tolerance=3, ignore_index=ds.void))
-    print(f'{len(fs)} {a.split} images (every {a.every}); embedder {ref.embedder.config}; prototypes radius {ref.prototypes.radius}')
+    print(f'{len(fs)} {a.split} images (every {a.every}); embedder {ref.embedder.config}; training band radius of the prototypes {ref.prototypes.train_radius}')
     tried = a.settings or [ref.settings]
     w = max(len(str(s)) for s in tried)
     print(f"{'setting':{w}s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
@@ -177,7 +176,7 @@ def settings(a, ds, fs):
     with torch.inference_mode():
         for s in tried:
             t = time.perf_counter()
-            preds = [relabel(e, p, ref.prototypes, **s)[0].numpy() for e, p in cache]
+            preds = [relabel(e, p, ref.prototypes, s)[0].numpy() for e, p in cache]
             dt = (time.perf_counter() - t) / len(cache)
             m, b = score(preds)
             print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}", flush=True)

@@ -7,7 +7,9 @@ One recipe for every data set (nothing is set by hand for one of them):
    (`fit_one_cycle`, cross-entropy with void ignored; the epoch with the best validation mIoU is kept).
 2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384,
    backbone_init=base.backbone, net_kwargs=dict(aspp_dim=64, decoder_dim=48))`, trained with `fit_one_cycle`;
-   prototypes from the training images without augmentation (`extract_prototypes`, radius 3).
+   prototypes from the training images without augmentation (`extract_prototypes`, radius 3). With `--embedder shared` the
+   embedder is instead a head on the base model's own features (`refine_learner(base=base_model, ...)`, a
+   `SharedEmbeddingNet`: the same ASPP and fusion sizes, the base model frozen), so that one base forward serves both.
    Training length is a budget of pixels, not epochs per data set: the base model sees BASE_BUDGET_PX training pixels,
    the embedder EMB_BUDGET_PX (8 and 32 epochs of CamVid's 367 images at 360x480); the epochs follow from the data.
    Training batches use full images when every training image has the same size, else images resized to the most
@@ -49,12 +51,14 @@ WEIGHTS = REPO.parent/'shared/weights/mobilenet_v2-b0353104.pth'
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BASE_BUDGET_PX = 8 * 367 * 360 * 480      # training pixels for the base model
 EMB_BUDGET_PX = 32 * 367 * 360 * 480      # training pixels for the embedder
-EMBEDDER = dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48))
+EMBEDDERS = {'separate': dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48)),
+             'shared': dict(emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48))}   # refine_learner's arguments
 CRF_GRID = dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))
 QUICK_CAL = dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 0.1), votes=(0, 5))
 QUICK_CRF = dict(sxy=(50,), srgb=(13,), compat=(4, 10))
 QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of each split
-BASE_FILE, EMB_FILE = 'base_mnv2os16_e{}.pth', 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt'   # cache names by epochs
+BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
+EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
 T0 = time.perf_counter()
 def log(*a): print(f'[{time.perf_counter() - T0:7.1f}s]', *a, flush=True)
@@ -81,6 +85,9 @@ def parse_args(argv=None):
     p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
     p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
+    p.add_argument('--embedder', choices=sorted(EMBEDDERS), default='separate',
+                   help="brefine's embedder: a MobileNetV2 of its own, started from the base model's backbone ('separate'), "
+                        "or a head on the base model's own features ('shared')")
     a = p.parse_args(argv)
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
@@ -121,45 +128,17 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     h, w = ds.train_size()
     return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
 
-def cache_files(cache, ds, quick: bool = False) -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate') -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/EMB_FILE.format(epochs(EMB_BUDGET_PX, ds, quick))
+    emb = Path(cache)/EMB_FILES[embedder].format(epochs(EMB_BUDGET_PX, ds, quick))
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
 # ----------------------------------------------------------------------------------------------------------- base model
-def _dilate_mobilenet(blocks, output_stride: int = 16) -> int:
-    "Stop `blocks` (MobileNet features) downsampling beyond `output_stride`; later 3x3 convs get the lost stride as dilation."
-    import torch.nn as nn
-    stride, dilation = 1, 1
-    for block in blocks:
-        convs = [m for m in block.modules() if isinstance(m, nn.Conv2d)]
-        s = max(c.stride[0] for c in convs)
-        new_dilation = dilation
-        if s > 1 and stride * s > output_stride:
-            for c in convs: c.stride = (1, 1)
-            new_dilation = dilation * s                 # DeepLab convention: the block that lost its stride keeps the old rate
-        else: stride *= s
-        for c in convs:
-            k = c.kernel_size[0]
-            if k > 1: c.dilation, c.padding = (dilation, dilation), ((k - 1) // 2 * dilation,) * 2
-        dilation = new_dilation
-    return stride
-
 def base_model(n_classes: int, pretrained: bool = True):
-    "DeepLabV3 with a MobileNetV2 backbone at output stride 16; logits upsampled to the input size."
-    import torch.nn as nn, torch.nn.functional as F
-    from torchvision.models.segmentation.deeplabv3 import DeepLabHead
-    from brefine.learner import torchvision_model
-    class DeepLabV3MobileNetV2(nn.Module):
-        def __init__(self):
-            super().__init__()
-            feats = torchvision_model('mobilenet_v2', pretrained).features[:-1]  # 320 ch; weights read as data only
-            assert _dilate_mobilenet(feats, 16) == 16
-            self.backbone, self.head = feats, DeepLabHead(320, n_classes, atrous_rates=(6, 12, 18))
-        def forward(self, x):
-            return F.interpolate(self.head(self.backbone(x)), x.shape[-2:], mode='bilinear', align_corners=False)
-    return DeepLabV3MobileNetV2()
+    "DeepLabV3 with a MobileNetV2 backbone at output stride 16 (`brefine.learner.DeepLabV3MobileNetV2`); logits at the input size."
+    from brefine.learner import DeepLabV3MobileNetV2
+    return DeepLabV3MobileNetV2(n_classes, pretrained)
 
 class BaseLoss:
     "Cross-entropy on the mask of (image, mask, band) batches, void ignored; the band is not used."
@@ -218,13 +197,14 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
-def load_cached(cache, ds, quick: bool = False):
+def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate'):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
-    f = cache_files(cache, ds, quick)
+    f = cache_files(cache, ds, quick, embedder)
     for k in ('base', 'refiner'):
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
-    return load_base(f['base'], ds.n_classes), Refiner.load(f['refiner'])
+    base = load_base(f['base'], ds.n_classes)
+    return base, Refiner.load(f['refiner'], base=base if embedder == 'shared' else None)
 
 def base_probs_of(model, img):
     "(M,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
@@ -236,12 +216,13 @@ def base_probs_of(model, img):
 def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
     from brefine.learner import refine_learner, load_embedder, save_embedder
-    f = args.cache/EMB_FILE.format(n_epochs)
-    if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f), f
+    shared = args.embedder == 'shared'
+    f = args.cache/EMB_FILES[args.embedder].format(n_epochs)
+    if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
-    learn = refine_learner(dls_fn(), pretrained=True, ignore_index=ds.void, backbone_init=base.backbone, path=args.cache,
-                           model_dir='.', **EMBEDDER)
+    start = dict(base=base) if shared else dict(pretrained=True, backbone_init=base.backbone)   # the base's features, or a copy of its backbone
+    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **EMBEDDERS[args.embedder])
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
     save_embedder(net, f)
@@ -265,7 +246,7 @@ def get_prototypes(args, ds, embedder, emb_file):
     from brefine.prototypes import Prototypes, extract_prototypes
     f = emb_file.with_name('protos_' + emb_file.stem + '.pt')
     if f.exists(): log(f'prototypes loaded from {f}'); return Prototypes.load(f)
-    p = extract_prototypes(embedder, prototype_batches(ds), ds.n_classes, radius=3, ignore_index=ds.void, names=ds.codes,
+    p = extract_prototypes(embedder, prototype_batches(ds), ds.n_classes, train_radius=3, ignore_index=ds.void, names=ds.codes,
                            mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
     p.save(f); log(f'prototypes saved to {f}: {p}')
     return p
@@ -351,6 +332,8 @@ def run(args, argv, dest):
     except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
     from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict
     from brefine.core import atomic_write, to_numpy
+    from dataclasses import asdict
+    embedder_size = lambda x: (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4))     # the stride-4 embedding map of images x
     dls = {}
     def dls_fn():
         if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
@@ -385,11 +368,15 @@ def run(args, argv, dest):
             preds['base'].append(to_numpy(probs.argmax(0)).astype(np.uint8))
             t = time.perf_counter(); preds['DenseCRF'].append(crf_predict(img, probs.numpy(), **crf_cfg)); tm['crf'].append(time.perf_counter() - t)
             with torch.inference_mode():                 # refine_predict in its two parts, each from the raw image
-                t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std); emb = embedder(x); t1 = time.perf_counter()
-                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, **ref.settings)[0]).astype(np.uint8)
+                t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std)
+                if args.embedder == 'shared':            # the head on the features of the base forward above (timed as the base's)
+                    _, low, high = embedder._features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedder_size(x))
+                else: emb = embedder(x)
+                t1 = time.perf_counter()
+                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings)[0]).astype(np.uint8)
                 t2 = time.perf_counter()
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
-            if i < 2 and not (to_numpy(refine_predict(img, probs, embedder, protos, **ref.settings)) == out).all():
+            if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():
                 raise AssertionError(f'the split timing differs from refine_predict on {f.name}')
             if (i + 1) % 25 == 0 or i + 1 == len(tf): log(f'  {i+1}/{len(tf)} images')
     s = {k: float(np.mean(v)) for k, v in tm.items()}
@@ -399,8 +386,8 @@ def run(args, argv, dest):
     save_figure(dest['png'], ds, tf, preds, gts)
 
     seconds = time.perf_counter() - T0
-    summary = dict(dataset=ds.name, **res, settings=dict(ref.settings, crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=EMBEDDER),
+    summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **EMBEDDERS[args.embedder])),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
@@ -412,7 +399,7 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {EMBEDDER}, {emb_ep} epochs; calibrated on val: {ref.settings}',
+             f'- brefine: {args.embedder} embedder {EMBEDDERS[args.embedder]}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']

@@ -1,77 +1,126 @@
 """brefine's cost relative to the base model, measured in one run (speed and memory against the base forward).
 
-For each size (360x480 and 1024x2048), batch 1, CPU threads as given:
+For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each way of computing the embedding (a *path*):
 - base forward: a DeepLabV3-style MobileNetV2 OS16 (bench/benchmark.py's base, 11 classes, random weights: speed only),
   logits at image size, from the raw uint8 image (`prepare_image` included, as in bench/benchmark.py);
-- brefine embedder forward: EmbeddingNet('mobilenet_v2', ...) of the given sizes (default: the light one bench/benchmark.py
-  trains), likewise from the raw image;
-- brefine post-processing: everything `refine_predict` does after the embedder -- `base_probs` of the base logits,
-  `relabel` (arg-max, band, then top-N, softmax, nearest prototype at band pixels only) -- on scene-like 11-class
-  logits, so the band has a realistic size;
-- of which the floor: the two steps of the post-processing that touch every pixel whatever the settings, the arg-max
-  and the band of the arg-max map (`batch_band`), from the same probabilities;
+- refinement: what brefine adds to it -- the embedding of the raw image (`prepare_image` included) and the post-processing;
+- post-processing: everything `refine_predict` does after the embedder, as bench/benchmark.py runs it:
+  `relabel(emb, base_probs(probs, x, False, softmax=False), protos, settings)` with `probs` the base model's softmax
+  probabilities (M,H,W) at image size -- here scene-like 11-class probabilities (random classes on a 48-pixel grid,
+  smoothed), so the band has a realistic size; their top-1 stays below the 0.9 gate, so every band pixel is re-decided,
+  the slowest case;
+- of which the floor: the steps of the post-processing that touch every pixel whatever the settings, the arg-max and the
+  band of the arg-max map (`batch_band`), from the same probabilities;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
-Prints times and peak-memory growth as ratios to the base forward's; `--record` also writes the printout to
-bench/results/speed.txt and records it in bench/results/manifest.json. Usage:
+
+Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
+light one bench/benchmark.py trains). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
+closures over models built there, `post(emb)` being the post-processing; each path gives a row per size with the same
+fields, so another way of computing the embedding is one more such function in PATHS.
+
+Prints times and peak-memory growth as ratios to the base forward's. `--record` also writes the printout to
+bench/results/speed.txt and the rows to bench/results/speed.json -- a list of {size ("HxW"), path, base_s,
+refine_over_base, post_over_base, peak_mem_over_base} -- and records both in bench/results/manifest.json.
+`--before FILE` also times the post-processing of another copy of brefine/inference.py (e.g. the previous version,
+copied aside) in the same process, interleaved with the current one; `--profile` prints where the post-processing's time
+goes, function by function (cProfile), for the current version and with --before for that copy. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
-        [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5 --min-prob 0]   (defaults: the settings calibrated on CamVid val)
-        [--record]
+        [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5]   (defaults: the settings calibrated on CamVid val)
+        [--paths separate] [--before /tmp/orig_inference.py] [--profile] [--record]
 """
-import argparse, time
-from record import main_recorded
+import argparse, importlib.util, json, os, sys, time
+from pathlib import Path
+from record import main_recorded, record, RESULTS
 
 SIZES = [(360, 480), (1024, 2048)]
+FIELDS = ('size', 'path', 'base_s', 'refine_over_base', 'post_over_base', 'peak_mem_over_base')   # a row of speed.json
 
-def _scene_logits(H, W, M=11):
+def _scene_probs(H, W, M=11):
+    "Scene-like softmax probabilities (M,H,W): random classes on a 48-pixel grid, logits 4 for the class, smoothed over 9x9."
     import torch, torch.nn.functional as F
     g = torch.Generator().manual_seed(0)
     lab = F.interpolate(torch.randint(0, M, (1, 1, H // 48 + 1, W // 48 + 1), generator=g).float(), size=(H, W), mode='nearest')[0, 0].long()
-    return F.avg_pool2d(F.one_hot(lab, M).permute(2, 0, 1).float()[None] * 4, 9, 1, 4)
+    return F.avg_pool2d(F.one_hot(lab, M).permute(2, 0, 1).float()[None] * 4, 9, 1, 4).softmax(1)[0].contiguous()
 
-def _stages(H, W, threads, a):
-    "The three stages as closures over models and inputs built here."
+def _inference_copy(path):
+    "Another copy of brefine/inference.py (e.g. the previous version) loaded as a module of the brefine package."
+    spec = importlib.util.spec_from_file_location('brefine._inference_before', path)
+    m = importlib.util.module_from_spec(spec); m.__package__ = 'brefine'
+    sys.modules[spec.name] = m; spec.loader.exec_module(m)
+    return m
+
+def post_processing(inf, probs, x, protos, a):
+    "`post(emb)`: the post-processing of module `inf` (brefine.inference or a copy) of the embedding `emb`, as bench/benchmark.py runs it."
+    s = inf.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote)
+    return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s)
+
+def separate(H, W, a, post) -> dict:
+    "The `separate` path: the embedder computes its own backbone from the raw image."
     import torch, numpy as np
-    torch.set_num_threads(threads)
     from benchmark import base_model
-    from brefine import EmbeddingNet, Prototypes
-    from brefine.inference import prepare_image, base_probs, relabel
-    from brefine.band import batch_band
+    from brefine import EmbeddingNet
+    from brefine.inference import prepare_image
     base = base_model(n_classes=11, pretrained=False).eval()
     emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
-    logits = _scene_logits(H, W)
-    pr = Prototypes(torch.randn(11, a.emb_dim), torch.ones(11, dtype=torch.long), radius=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-    x = prepare_image(img, pr.mean, pr.std)[0]
-    with torch.inference_mode(): e = emb_net(x)            # the embedding the post-processing needs
-    settings = dict(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote, min_prob=a.min_prob)
-    def post(): return relabel(e, base_probs(logits, x, True, softmax=False), pr, **settings)
-    def floor(): return batch_band(base_probs(logits, x, True, softmax=False).max(1).indices, a.radius)
-    prep = lambda: prepare_image(img, pr.mean, pr.std)[0]
-    return dict(base=lambda: base(prep()), emb=lambda: emb_net(prep()), post=post, floor=floor)
+    prep = lambda: prepare_image(img, a.mean, a.std)[0]
+    with torch.inference_mode(): emb = emb_net(prep())          # the embedding the post-processing alone works on
+    return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb)
 
-def timings(H, W, threads, repeats, a):
+PATHS = {'separate': separate}
+
+def stages(path: str, H, W, a) -> dict:
+    "The closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing."
     import torch
-    st = _stages(H, W, threads, a)
-    def t(f):
-        f(); ts = []
+    from brefine import Prototypes, batch_band
+    import brefine.inference as inf
+    torch.set_num_threads(a.threads)
+    probs = _scene_probs(H, W)
+    protos = Prototypes(torch.randn(11, a.emb_dim, generator=torch.Generator().manual_seed(1)), torch.ones(11, dtype=torch.long),
+                        train_radius=3, mean=a.mean, std=a.std)
+    x = torch.zeros(1, 3, H, W)                                  # the prepared image: base_probs reads its size
+    st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
+    emb = st.pop('emb')
+    st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
+    if a.before:
+        before = post_processing(_inference_copy(a.before), probs, x, protos, a)
+        st['before'] = lambda: before(emb)
+    return st
+
+def timings(st: dict, repeats: int) -> dict:
+    "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike)."
+    import torch
+    with torch.inference_mode():
+        for f in st.values(): f()                                 # warm-up
+        ts = {k: [] for k in st}
         for _ in range(repeats):
-            s = time.perf_counter(); f(); ts.append(time.perf_counter() - s)
-        return sorted(ts)[len(ts) // 2]
-    with torch.inference_mode(): return {k: t(f) for k, f in st.items()}
+            for k, f in st.items():
+                s = time.perf_counter(); f(); ts[k].append(time.perf_counter() - s)
+    return {k: sorted(v)[len(v) // 2] for k, v in ts.items()}
 
 def peak_mib(f) -> float:
     "Peak of the memory torch allocates on the CPU during `f()` (torch.profiler's allocation and free events, in time order)."
     import itertools, torch
     from torch.profiler import profile, ProfilerActivity
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: f()
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: f()
     ev = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
     return max(itertools.accumulate(m for _, m in ev), default=0) / 2**20
 
-def memory(H, W, threads, a):
-    import torch
-    st = _stages(H, W, threads, a)
-    with torch.inference_mode(): return {k: peak_mib(f) for k, f in st.items() if k != 'floor'}   # the floor: time only
+def profile(f, repeats: int, ours, top: int = 16) -> list:
+    "Where `f`'s time goes (cProfile over `repeats` calls): (ms per call, calls per call, name), the functions of the files `ours(file)` by cumulative time, then the torch/numpy/cv2 calls by own time."
+    import cProfile, pstats, torch
+    pr = cProfile.Profile()
+    with torch.inference_mode():
+        f(); pr.enable()
+        for _ in range(repeats): f()
+        pr.disable()
+    mine, calls = [], []
+    for (file, _, name), (_, nc, tt, ct, _) in pstats.Stats(pr).stats.items():
+        if ours(file): mine.append((ct, nc, f'{name}()'))
+        elif file == '~': calls.append((tt, nc, name.replace("<method '", '').replace("<built-in method ", '').split("'")[0].split(' ')[0].rstrip('>')))
+    per = lambda rows: [(t / repeats * 1e3, n / repeats, nm) for t, n, nm in sorted(rows, reverse=True)[:top]]
+    return per(mine) + [None] + per(calls)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -80,19 +129,40 @@ def main():
     ap.add_argument('--decoder-dim', type=int, default=48)
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
-    ap.add_argument('--vote', type=int, default=5); ap.add_argument('--min-prob', type=float, default=0.)
+    ap.add_argument('--vote', type=int, default=5)
+    ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
+    ap.add_argument('--before', help='another copy of brefine/inference.py whose post-processing to time alongside')
+    ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
+    ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     main_recorded(ap, 'speed', run)
 
 def run(a):
+    t0 = time.perf_counter()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
-          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, '
-          f'min_prob {a.min_prob})')
-    print(f"{'size':>10} {'base s':>8} {'emb s':>8} {'post s':>8} {'emb/base':>9} {'post/base':>10} {'floor/base':>11} {'mem emb/base':>13} {'mem post/base':>14}")
-    for H, W in SIZES:
-        tm = timings(H, W, a.threads, a.repeats, a)
-        mem = memory(H, W, a.threads, a)
-        print(f"{f'{H}x{W}':>10} {tm['base']:8.3f} {tm['emb']:8.3f} {tm['post']:8.4f} {tm['emb']/tm['base']:9.2f} "
-              f"{tm['post']/tm['base']:10.3f} {tm['floor']/tm['base']:11.3f} {mem['emb']/max(mem['base'], 1e-9):13.2f} {mem['post']/max(mem['base'], 1e-9):14.2f}"
-              f"   (peak MiB: base {mem['base']:.0f}, emb {mem['emb']:.0f}, post {mem['post']:.0f})", flush=True)
+          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote})')
+    print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
+          f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else ''))
+    rows = []
+    for path in a.paths:
+        for H, W in SIZES:
+            st = stages(path, H, W, a)
+            tm, mem = timings(st, a.repeats), {k: peak_mib(st[k]) for k in ('base', 'refine', 'post')}
+            row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
+                       post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
+            rows.append(row)
+            print(f"{row['size']:>10} {path:>9} {tm['base']:7.3f} {tm['post']:7.4f} {row['refine_over_base']:12.3f} {row['post_over_base']:10.3f} "
+                  f"{tm['floor'] / tm['base']:11.3f} {row['peak_mem_over_base']:16.2f} {mem['post'] / max(mem['base'], 1e-9):14.2f}"
+                  + (f" {tm['before'] / tm['base']:17.3f}" if a.before else '')
+                  + f"   (peak MiB: base {mem['base']:.0f}, refine {mem['refine']:.0f}, post {mem['post']:.0f})", flush=True)
+            if a.profile:
+                pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
+                for name, f in [('post', st['post'])] + ([('before', st['before'])] if a.before else []):
+                    print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
+                    ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or fl.startswith(pkg) and not fl.endswith('inference.py'))
+                    for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
+    if a.record:
+        path, tmp = RESULTS/'speed.json', RESULTS/f'.speed.json.{os.getpid()}.tmp'
+        tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
+        record('speed', path, sys.argv[1:], time.perf_counter() - t0, script='bench/speed.py')
 
 if __name__ == '__main__': main()

@@ -7,12 +7,14 @@ __version__ = "0.1.0"
 __all__ = []
 
 # %% ../nbs/index.ipynb #b15f207f
-from . import core, band, data, learner, prototypes, inference, metrics
+from . import core, band, data, learner, training, shared_backbone, prototypes, inference, metrics
 from .core import *
 from .band import *
 from .data import *
 from .learner import *
+from .training import *
+from .shared_backbone import *
 from .prototypes import *
 from .inference import *
 from .metrics import *
-__all__ = [name for m in (core, band, data, learner, prototypes, inference, metrics) for name in m.__all__]
+__all__ = [name for m in (core, band, data, learner, training, shared_backbone, prototypes, inference, metrics) for name in m.__all__]

@@ -54,11 +54,15 @@ def _reach(h: int, w: int) -> int:
     "The smallest radius that reaches every pixel of an (h, w) image from any of its pixels: ceil of the longest distance, hypot(h-1, w-1)."
     return math.isqrt((h - 1)**2 + (w - 1)**2 - 1) + 1 if h > 1 or w > 1 else 0
 
+def _disk_of(r) -> np.ndarray:
+    "uint8 (2R+1, 2R+1) structuring element, R = floor(r): 1 at the offsets within Euclidean distance `r` (any real r >= 0) of the centre."
+    R = math.floor(r)
+    y, x = np.ogrid[-R:R+1, -R:R+1]
+    return (x*x + y*y <= r*r).astype(np.uint8)
+
 def disk(radius: int) -> np.ndarray:
     "uint8 (2r+1, 2r+1) structuring element, 1 at the offsets within Euclidean distance `radius` of the centre."
-    r = _check_radius(radius)
-    y, x = np.ogrid[-r:r+1, -r:r+1]
-    return (x*x + y*y <= r*r).astype(np.uint8)
+    return _disk_of(_check_radius(radius))
 
 # %% ../nbs/01_band.ipynb #64d1fe57
 def _check_labels(lab, name: str = 'label'):
@@ -95,32 +99,49 @@ def near_boundary_mask(label, radius: int = 3, ignore_index: int | None = None):
     return torch.from_numpy(out).to(label.device) if is_tensor else out
 
 # %% ../nbs/01_band.ipynb #6d959111
-def _edges_t(x: torch.Tensor) -> torch.Tensor:
-    "Bool (B,H,W): pixels whose label differs from one of their 4 neighbours."
+def _from_np(a: np.ndarray) -> torch.Tensor:
+    "A tensor on the memory of numpy array `a` (on a copy when `a` has negative strides, which torch does not take)."
+    return torch.from_numpy(a if min(a.strides, default=0) >= 0 else a.copy())
+
+def _edges_t(x):
+    "Bool (..., H, W): pixels whose label differs from one of their 4 neighbours; a tensor for a tensor, numpy for numpy."
+    if isinstance(x, np.ndarray): return _edges_t(_from_np(x)).numpy()
     e = torch.zeros_like(x, dtype=torch.bool)
     d = x[..., :, 1:] != x[..., :, :-1]; e[..., :, 1:] |= d; e[..., :, :-1] |= d
     d = x[..., 1:, :] != x[..., :-1, :]; e[..., 1:, :] |= d; e[..., :-1, :] |= d
     return e
 
-def _disk_rects(r: int):
-    "`disk(r)` as a union of centred rectangles [(half_height, half_width)], redundant ones left out."
-    ws = [math.isqrt(r*r - dy*dy) for dy in range(r + 1)]
-    return [(dy, ws[dy]) for dy in range(r + 1) if dy == r or ws[dy] > ws[dy + 1]]
+def _disk_rects(r):
+    "`_disk_of(r)` as a union of centred rectangles [(half_height, half_width)], redundant ones left out."
+    R, R2 = math.floor(r), math.floor(r*r)                  # integer offsets: dy² + dx² <= r²  <=>  <= floor(r²)
+    ws = [min(R, math.isqrt(R2 - dy*dy)) for dy in range(R + 1)]
+    return [(dy, ws[dy]) for dy in range(R + 1) if dy == R or ws[dy] > ws[dy + 1]]
 
-def _dilate_t(e: torch.Tensor, r: int, use_cv2: bool|None = None) -> torch.Tensor:
-    "Bool (B,H,W) `e` dilated by `disk(r)`: cv2.dilate on the CPU (several times faster), exact max-pooling elsewhere."
-    if use_cv2 is None: use_cv2 = e.device.type == 'cpu'
-    if use_cv2:
-        k = disk(r)
-        return torch.from_numpy(np.stack([cv2.dilate(m.view(np.uint8), k).view(bool) for m in e.numpy()]))
-    x = e[:, None].to(torch.float16 if e.is_cuda else torch.float32)
-    out = None
-    for h, w in _disk_rects(r):
-        y = F.max_pool2d(x, (1, 2*w + 1), stride=1, padding=(0, w)) if w else x
-        if h: y = F.max_pool2d(y, (2*h + 1, 1), stride=1, padding=(h, 0))
-        out = y if out is None else torch.maximum(out, y, out=out)
-    return out[:, 0] > 0
+def _dilate_t(e, r, use_cv2: bool|None = None):
+    "Bool (B,H,W) or (H,W) `e` (tensor, or numpy for numpy out) dilated by `_disk_of(r)`, any real r >= 0 (`e` itself when r < 1): cv2.dilate on the CPU (several times faster), exact max-pooling elsewhere."
+    if isinstance(e, np.ndarray): return _dilate_t(_from_np(e), r, use_cv2).numpy()
+    if r < 1 or not e.numel(): return e                     # the disk is the centre alone
+    e3 = e if e.ndim == 3 else e[None]
+    if r >= _reach(*e3.shape[1:]): out = e3.flatten(1).any(1)[:, None, None].expand_as(e3).clone()  # all or nothing
+    elif (e.device.type == 'cpu') if use_cv2 is None else use_cv2:
+        k = _disk_of(r)
+        out = torch.from_numpy(np.stack([cv2.dilate(m.view(np.uint8), k).view(bool) for m in e3.numpy()]))
+    else:
+        x, out = e3[:, None].to(torch.float16 if e.is_cuda else torch.float32), None
+        for h, w in _disk_rects(r):
+            y = F.max_pool2d(x, (1, 2*w + 1), stride=1, padding=(0, w)) if w else x
+            if h: y = F.max_pool2d(y, (2*h + 1, 1), stride=1, padding=(h, 0))
+            out = y if out is None else torch.maximum(out, y, out=out)
+        out = out[:, 0] > 0
+    return out if e.ndim == 3 else out[0]
 
+def _band_t(x, r, ignore_index=None):
+    "Bool band of label maps `x` ((B,H,W) or (H,W); a tensor for a tensor, numpy for numpy): pixels within Euclidean distance `r` (any real r >= 0) of an edge pixel, never `ignore_index`."
+    band = _dilate_t(_edges_t(x), r)
+    if ignore_index is not None: band &= x != ignore_index
+    return band
+
+# %% ../nbs/01_band.ipynb #8dff4208
 def batch_band(labels, radius: int = 3, ignore_index: int | None = None):
     "Bool band of `labels` ((B,H,W) or (H,W)), same shape and device, in pure torch: equal to `near_boundary_mask`."
     radius = _check_radius(radius); _check_ignore(ignore_index)
@@ -128,10 +149,4 @@ def batch_band(labels, radius: int = 3, ignore_index: int | None = None):
         return batch_band(torch.from_numpy(np.ascontiguousarray(labels)), radius, ignore_index).numpy()
     x = labels.as_subclass(torch.Tensor)                      # plain tensor ops (fastai's TensorMask etc. in)
     _check_labels(x, 'labels')
-    x3 = x if x.ndim == 3 else x[None]
-    band = _edges_t(x3)
-    if radius and band.numel():
-        if radius >= _reach(*x3.shape[1:]): band = band.flatten(1).any(1)[:, None, None].expand_as(band).clone()  # all or nothing
-        else: band = _dilate_t(band, radius)
-    if ignore_index is not None: band &= x3 != ignore_index
-    return band if x.ndim == 3 else band[0]
+    return _band_t(x, radius, ignore_index)

@@ -4,137 +4,30 @@
 
 # %% ../nbs/07_cli.ipynb #4db3fe85
 from __future__ import annotations
-import io, os, sys, random, warnings, contextlib, importlib.util
+import sys, contextlib
 from pathlib import Path
 import numpy as np
 import torch
-from fastcore.basics import patch, store_attr, ifnone
+from fastcore.basics import patch, ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
-from fastai.callback.core import Callback, CancelFitException
-from fastai.torch_core import rank_distrib, num_distrib
-from .core import as_float, as_int, atomic_save, atomic_write, safe_load, to_numpy, default_device, _model_of, _norm_stats
+from fastai.torch_core import rank_distrib
+from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say
 
 # %% auto #0
-__all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint',
-           'resume_learner', 'CheckpointCallback', 'StopAfter', 'train', 'prototypes', 'read_image', 'RefineItems',
-           'refine', 'evaluate', 'demo', 'main']
+__all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
+           'demo', 'main']
 
-# %% ../nbs/07_cli.ipynb #9ec776d2
-def _plain_tree(o):
-    "Only dicts, lists, tensors, numbers and strings, as `torch.load(weights_only=True)` accepts (fastai's `L` becomes a list)."
-    if isinstance(o, dict): return {k: _plain_tree(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)) or type(o).__name__ == 'L': return [_plain_tree(v) for v in o]
-    if isinstance(o, torch.Tensor): return o.detach().cpu()
-    if isinstance(o, np.ndarray): return torch.from_numpy(o.copy())
-    if isinstance(o, np.generic): return o.item()
-    return o
-
-def _loader_rngs(dls) -> list:
-    "The shuffling RNG of each fastai DataLoader in `dls` (inside fastai's DistributedDL wrappers too)."
-    lds = [getattr(dl, 'dl', dl) for dl in (dls.loaders if dls is not None else [])]
-    return [dl.rng for dl in lds if hasattr(dl, 'rng')]
-
-def rng_states(dls=None) -> dict:
-    "Every random state training draws from: Python's, NumPy's, torch's (CPU and CUDA) and each fastai DataLoader's own RNG."
-    st = dict(python=_plain_tree(random.getstate()), numpy=_plain_tree(np.random.get_state()), torch=torch.get_rng_state(),
-              loaders=[_plain_tree(r.getstate()) for r in _loader_rngs(dls)])
-    if torch.cuda.is_available(): st['cuda'] = torch.cuda.get_rng_state_all()
-    return st
-
-def _pytuple(o): return tuple(_pytuple(v) for v in o) if isinstance(o, list) else o
-
-def set_rng_states(st: dict, dls=None):
-    "Restore the random states saved by `rng_states`."
-    random.setstate(_pytuple(st['python']))
-    kind, keys, pos, has_gauss, cached = st['numpy']
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(st['torch'])
-    if 'cuda' in st and torch.cuda.is_available() and len(st['cuda']) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(st['cuda'])
-    for r, s in zip(_loader_rngs(dls), st.get('loaders', [])): r.setstate(_pytuple(s))
-
-def _every_process(o) -> list:
-    "`o` from every process of a multi-process run, in rank order (a collective call: every process must make it); `[o]` in one process."
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return [o]
-    buf = io.BytesIO(); torch.save(o, buf)                  # bytes: all_gather_object's own pickling of tensors fails to load
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, buf.getvalue())
-    return [torch.load(io.BytesIO(b), weights_only=True) for b in out]
-
-def save_checkpoint(learn, path, epoch: int, n_epochs: int, meta: dict,
-                    rngs: list = None) -> Path:   # random states of every process (rank order); default: this process's
-    "Atomically write the embedder of `learn` (as `save_embedder` does) with its optimiser state, random states and progress to `path`."
-    from brefine.learner import embedder_state
-    opt = _plain_tree(learn.opt.state_dict()) if learn.opt is not None else None
-    rngs = rngs or [rng_states(learn.dls)]
-    return atomic_save(dict(embedder_state(learn.model), opt=opt, rng=rngs[0], rng_ranks=rngs, epoch=epoch, n_epochs=n_epochs,
-                            meta=_plain_tree(meta)), path)
-
-def load_checkpoint(path) -> dict:
-    "Read a checkpoint written by `save_checkpoint`, validating it; never executes code from the file."
-    from brefine.learner import check_embedder_state
-    ck = check_embedder_state(safe_load(path, 'embedder checkpoint'), path)
-    if 'epoch' not in ck or not isinstance(ck.get('meta'), dict):
-        raise ValueError(f"{path} holds an embedder but no training state (epoch, classes, band radius): it was not written by "
-                         "`brefine train`. Load it with `load_embedder`.")
-    return ck
-
-def resume_learner(learn, ck) -> int:
-    "Load the weights, optimiser and random states of checkpoint `ck` (dict or path) into `learn`: the epoch to continue from."
-    if not isinstance(ck, dict): ck = load_checkpoint(ck)
-    model = _model_of(learn.model)
-    if dict(model.config, pretrained=False) != ck['config']:
-        raise ValueError(f"The checkpoint's embedder {ck['config']} differs from the learner's {model.config}: "
-                         "build the learner with the checkpoint's backbone and emb_dim.")
-    model.load_state_dict(ck['state_dict'])
-    learn.create_opt()
-    if ck.get('opt'): learn.opt.load_state_dict(ck['opt'])
-    if ck.get('rng'): set_rng_states(_own_rng_states(ck), learn.dls)
-    return ck['epoch']
-
-def _own_rng_states(ck) -> dict:
-    "This process's random states in checkpoint `ck`: its rank's, when as many processes wrote it as run now; else rank 0's, with a warning."
-    ranks, n = ck.get('rng_ranks') or [ck['rng']], max(num_distrib(), 1)
-    if len(ranks) == n: return ranks[rank_distrib()]
-    if rank_distrib() == 0:
-        warnings.warn(f"The checkpoint was written by {len(ranks)} training process(es) and this run has {n}: every process "
-                      "continues from the first process's random states, so the run goes on, but not exactly as it would have "
-                      f"uninterrupted. Resume with {len(ranks)} process(es) for that.")
-    return ranks[0]
-
-class _CompletedEpochs(Callback):
-    "Base for callbacks acting after each *completed* epoch: not after those skipped on resume (fastai's `SkipToEpoch`) or cancelled."
-    def before_epoch(self): self.cancelled = False
-    def after_cancel_epoch(self): self.cancelled = True
-    def after_epoch(self):
-        if not self.cancelled: self.after_completed_epoch()
-
-class CheckpointCallback(_CompletedEpochs):
-    "Save a resumable checkpoint after every completed epoch (atomically; only the rank-0 process under DDP)."
-    order = 90
-    def __init__(self, path, meta: dict): self.path, self.meta = Path(path), meta
-    def after_completed_epoch(self):
-        rngs = _every_process(rng_states(self.learn.dls))     # each process draws its own augmentations and triplets
-        if rank_distrib() == 0: save_checkpoint(self.learn, self.path, self.epoch + 1, self.n_epoch, self.meta, rngs=rngs)
-
-class StopAfter(_CompletedEpochs):
-    "End training cleanly after `n` completed epochs of this run (after the checkpoint of the last one is written)."
-    order = CheckpointCallback.order + 1
-    def __init__(self, n: int): store_attr()
-    def before_fit(self): self.done = 0
-    def after_completed_epoch(self):
-        self.done += 1
-        if self.done >= self.n: raise CancelFitException()
-
-# %% ../nbs/07_cli.ipynb #fbaf11b7
+# %% ../nbs/07_cli.ipynb #8118edeb
 def _codes(data: Path, codes, n_classes):
+    "The class names: the lines of the file `codes`, else of DATA/codes.txt, else `0..n_classes-1`."
     if codes: return [l.strip() for l in Path(codes).read_text().splitlines() if l.strip()]
     if (data/'codes.txt').exists(): return [l.strip() for l in (data/'codes.txt').read_text().splitlines() if l.strip()]
     if n_classes: return [str(i) for i in range(n_classes)]
     raise ValueError(f"No class list: pass --codes FILE (one name per line), --n_classes N, or put codes.txt in {data}.")
 
+# %% ../nbs/07_cli.ipynb #80d030c5
 def _file_key(p) -> list:
     "What identifies the file `p`: its resolved path, and its device and inode when it exists (hard links, case-insensitive names)."
     p = Path(p); keys = [p.resolve()]
@@ -149,42 +42,13 @@ def _check_out(out: Path, force: bool, inputs=()):
                                          "Write to another file.")
     if out.exists() and not force: raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
 
+# %% ../nbs/07_cli.ipynb #cc5e2ca6
 def _ints(**opts):
     "Check whole-number options given as `name=(value, least)` with `as_int`, each error naming `--name`; None is an unset option."
     for k, (v, lo) in opts.items():
         if v is not None: as_int(v, f'--{k}', lo)
 
-def _distributed() -> bool:
-    "Launched by torchrun / accelerate launch with more than one process?"
-    return int(os.environ.get('WORLD_SIZE', '1')) > 1
-
-def _set_local_device():
-    "Under a multi-GPU launch, put this process on its own GPU before anything is created."
-    if _distributed() and torch.cuda.is_available(): torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
-
-def _gloo_safe_broadcast():
-    "fastai's `DistributedDL` broadcasts the shuffled indices as a CUDA tensor (NCCL only); under gloo (CPU) keep them on the CPU."
-    from fastai.distributed import DistributedDL
-    if getattr(DistributedDL, '_brefine_gloo', False): return
-    nccl_broadcast = DistributedDL._broadcast
-    def _broadcast(self, t, rank):
-        if torch.distributed.get_backend() == 'nccl': return nccl_broadcast(self, t, rank)
-        t = torch.tensor(t, dtype=torch.long)
-        torch.distributed.broadcast(t, rank)
-        return t.tolist()
-    DistributedDL._broadcast, DistributedDL._brefine_gloo = _broadcast, True
-
-def _state_dict(fname) -> dict:
-    "The state dict in a weights file: a plain state dict, or one under 'model' / 'state_dict' (fastai's learn.save, checkpoints)."
-    sd = safe_load(fname, 'weights to start from')
-    for k in ('model', 'state_dict'):
-        if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
-    return sd
-
-def _say(*a):
-    "Print from one process only (rank 0) when several run."
-    if rank_distrib() == 0: print(*a, flush=True)
-
+# %% ../nbs/07_cli.ipynb #4b89585b
 def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs with the same names)
           out: str = 'embedder.pt',   # checkpoint to write (updated after every epoch)
           codes: str = None,          # file with one class name per line (default: DATA/codes.txt)
@@ -206,61 +70,27 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
           force: bool = False):       # overwrite OUT when not resuming
     "Train the embedder on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
-    from fastai.torch_core import set_seed
-    from brefine.data import dls_from_folders
-    from brefine.learner import refine_learner
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
           void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1))
     as_float(lr, '--lr', 0); as_float(margin, '--margin', 0)
-    ck = None
     if resume:
         if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
     else: _check_out(out, force, [init_from])
-    _set_local_device()
-    names = ck['meta']['codes'] if ck else _codes(data, codes, n_classes)
-    if ck: void, radius = ck['meta']['void'], ck['meta']['radius']
-    set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
-    dls = dls_from_folders(data, names, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
-    learn = refine_learner(dls, backbone=backbone if ck is None else ck['config']['backbone'],
-                           emb_dim=emb_dim if ck is None else ck['config']['emb_dim'],
-                           margin=margin, pretrained=pretrained and ck is None, ignore_index=void,
-                           backbone_init=_state_dict(init_from) if init_from and ck is None else None)
-    if ck is None:
-        mean, std = _norm_stats(dls.train)
-        meta = dict(codes=names, void=void, radius=radius, mean=mean, std=std, seed=seed)
-        start = 0
-    else:
-        meta, epochs = ck['meta'], ck['n_epochs']
-        start = resume_learner(learn, ck)
-        _say(f"resuming from epoch {start} of {epochs}")
-    cbs = [CheckpointCallback(out, meta)] + ([StopAfter(stop_after)] if stop_after else [])
-    if _distributed():
-        if importlib.util.find_spec('accelerate') is None:
-            raise ImportError("Multi-process training goes through fastai's `distrib_ctx`, which needs Accelerate: `pip install accelerate`.")
-        _gloo_safe_broadcast()
-    gpu = torch.cuda.is_available()
-    ctx = learn.distrib_ctx(sync_bn=gpu, cpu=not gpu) if _distributed() else contextlib.nullcontext()
-    with ctx:
-        dt = [cb for cb in learn.cbs if hasattr(cb, 'accelerator')]
-        if dt: _say(f"data-parallel training in {num_distrib()} processes ({dt[0].accelerator.distributed_type.value})")
-        learn.fit_one_cycle(epochs, lr, start_epoch=start, cbs=cbs)
+    train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
+                   epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
+                   workers=workers, seed=seed, resume=resume, stop_after=stop_after)
     if rank_distrib() == 0:
-        done = load_checkpoint(out)['epoch']
-        if done < epochs: print(f"stopped after epoch {done} of {epochs}: continue with `brefine train {data} --out {out} --resume`")
+        ck = load_checkpoint(out)
+        if ck['epoch'] < ck['n_epochs']:
+            print(f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train {data} --out {out} --resume`")
         else: print(f"wrote {out}")
     return out
 
-def _init_process_group() -> bool:
-    "Join the process group of a torchrun / accelerate launch (NCCL on GPUs, gloo on CPUs); True when this call created it."
-    import torch.distributed as dist
-    if not _distributed() or dist.is_initialized(): return False
-    dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')
-    return True
-
+# %% ../nbs/07_cli.ipynb #2b2c8b42
 def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                data: str,             # folder with images and masks (as for train)
                out: str = 'prototypes.pt', # prototypes file to write
@@ -269,27 +99,10 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                workers: int = 0,      # DataLoader worker processes
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
-    from brefine.data import dls_from_folders
-    from brefine.learner import embedder_from_state
-    from brefine.prototypes import extract_prototypes
-    from fastai.data.transforms import get_image_files
     _ints(bs=(bs, 1), workers=(workers, 0))
-    out, data = Path(out), Path(data); _check_out(out, force, [checkpoint])
-    ck = load_checkpoint(checkpoint); m = ck['meta']
-    if not (data/split).is_dir(): raise FileNotFoundError(f"No {split}/ folder in {data}.")
-    _set_local_device()
-    own_group = _init_process_group()
-    try:
-        files = sorted(get_image_files(data/split, recurse=False))
-        if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
-        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers)
-        dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
-        net = embedder_from_state(ck, checkpoint).to(default_device())
-        pr = extract_prototypes(net, dl, len(m['codes']), radius=m['radius'], ignore_index=m['void'], names=m['codes'],
-                                mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)
-        if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
-    finally:
-        if own_group: torch.distributed.destroy_process_group()
+    out = Path(out); _check_out(out, force, [checkpoint])
+    pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers)
+    if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
     return out
 
 # %% ../nbs/07_cli.ipynb #ee6081bc
@@ -456,18 +269,18 @@ def _check_outputs(files, dsts, inputs):
                                              "even with --force. Write the label maps to another folder (OUT).")
 
 # %% ../nbs/07_cli.ipynb #451aba67
-def _refiner(bundle, checkpoint, protos, top_n, radius, vote):
-    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the settings given as options."
+def _refiner(bundle, checkpoint, protos, **options):
+    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's)."
+    from dataclasses import replace
     from brefine.inference import Refiner
     from brefine.learner import load_embedder
     from brefine.prototypes import Prototypes
     if bundle: ref = Refiner.load(bundle)
     elif checkpoint and protos: ref = Refiner(load_embedder(checkpoint), Prototypes.load(protos))
     else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
-    n = ref.prototypes.n_classes
-    if top_n is not None: ref.top_n = as_int(top_n, '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
-    if radius is not None: ref.radius = radius
-    if vote is not None: ref.vote = vote
+    given, n = {k: v for k, v in options.items() if v is not None}, ref.prototypes.n_classes
+    if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
+    ref.settings = replace(ref.settings, **given)
     return ref
 
 # %% ../nbs/07_cli.ipynb #2435d989
@@ -482,6 +295,7 @@ def _load_learner(fname):
         raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
     return learn.model.eval()
 
+# %% ../nbs/07_cli.ipynb #e2e4ea37
 def _make_dir(d: Path):
     "Create the folder `d` (with its parents), or raise an error that names it and the fix."
     try: d.mkdir(parents=True, exist_ok=True)
@@ -508,7 +322,9 @@ def refine(images: str,               # folder of images (or one image file)
            protos: str = None,        # ... plus prototypes file
            learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'); loading it unpickles the file, which can run arbitrary code: use only files you trust
            top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
-           radius: int = None,        # band radius (default: the bundle's / the prototypes')
+           radius: int = None,        # band radius around the base's boundaries (default: the bundle's, else 3)
+           tau: float = None,         # confidence gate: re-decide only pixels whose base top-1 probability is below it (default: the bundle's; 1: no gate)
+           alpha: float = None,       # weight of the base log-probability in the choice (default: the bundle's, else 0)
            vote: int = None,          # majority-vote window: 0 (none) or odd (default: the bundle's, else none)
            palette_from: str = None,  # label PNG, or folder of them, whose palette the outputs copy (at most 256 classes)
            bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
@@ -518,10 +334,12 @@ def refine(images: str,               # folder of images (or one image file)
     "Refine a base model's predictions for a folder of images through a DataLoader; write label PNGs."
     _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0))
     if vote and vote % 2 == 0: raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
+    if tau is not None: as_float(tau, '--tau', 0, 1, " It gates on the base top-1 probability.")
+    if alpha is not None: as_float(alpha, '--alpha', 0, hint=" It weighs the base log-probability.")
     images, out = Path(images), Path(out)
     files, sfs = _refine_inputs(images, scores, learner)
     if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
-    ref = _refiner(bundle, checkpoint, protos, top_n, radius, vote)
+    ref = _refiner(bundle, checkpoint, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote)
     pal, pal_file = _palette(palette_from)
     if pal is not None and ref.prototypes.n_classes > 256:
         raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "

@@ -74,7 +74,7 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
     learn = refine_learner(dls, backbone=backbone, emb_dim=emb_dim, pretrained=False)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(emb_epochs, 2e-3)
     say(f"embedder trained ({emb_epochs} epochs): {time.time()-t0:.0f}s")
-    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n, radius=3, names=SYNTH_CODES, progress=False)
+    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n, train_radius=3, names=SYNTH_CODES, progress=False)
     base_model = base.model.eval()
     ref = Refiner(learn.model.eval(), protos)
     val_imgs, val_gts = _heldout(n_valid, seed + 10_000, size)

@@ -5,21 +5,24 @@
 # %% ../nbs/05_inference.ipynb #8063c0bc
 from __future__ import annotations
 import json, os, re, math, secrets, contextlib, itertools
+from dataclasses import dataclass, replace, asdict, fields
+from functools import partial
 from pathlib import Path
 import numpy as np
 import cv2
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fastcore.basics import patch, ifnone
+from fastcore.basics import patch, ifnone, GetAttr
 from fastprogress.fastprogress import progress_bar
 from .core import atomic_write, to_numpy, as_int, as_float, _model_of, _device_of, _plain, _embedding
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
+from .shared_backbone import embed_with_base
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'check_settings', 'relabel',
+__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings', 'relabel',
            'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
@@ -79,7 +82,10 @@ def prepare_image(img, mean=None, std=None):
 
 # %% ../nbs/05_inference.ipynb #774e5efe
 def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float = 1e-3) -> bool:
-    return bool(s.min() >= 0) and bool(((s.sum(dim) - 1).abs() < tol).all())
+    "Whether scores `s` are probabilities along `dim`: none negative, and every sum within `tol` of 1 (two full reductions, then two numbers)."
+    if not bool(s.min() >= 0): return False
+    lo, hi = s.sum(dim).aminmax()                    # the farthest sums from 1 are the smallest and the largest
+    return bool((lo - 1).abs() < tol) and bool((hi - 1).abs() < tol)
 
 def _check_score_size(hw: tuple, HW: tuple):
     "Scores (h,w) fit an image (H,W) when equal or a uniform rescale of it (one scale for both axes, up to a score pixel of rounding)."
@@ -121,26 +127,49 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     low, s = s.dtype in (torch.float16, torch.bfloat16), s.float()
     if not torch.isfinite(s.sum()) and not torch.isfinite(s).all():    # one reduction first: NaN and inf propagate into it
         raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. mixed-precision overflow).")
-    if low and _looks_like_probs(s, tol=s.shape[1] * 2 ** -7):          # half/bfloat16 probabilities: sums are off by rounding
-        s = s / s.sum(1, keepdim=True)
+    is_p = _looks_like_probs(s, tol=s.shape[1] * 2 ** -7) if low else None   # half/bfloat16 probabilities: sums are off by rounding
+    if is_p: s = s / s.sum(1, keepdim=True)
     resize = s.shape[-2:] != x.shape[-2:]
-    if softmax or resize: s = s if _looks_like_probs(s) else s.softmax(1)
+    if (softmax or resize) and not (_looks_like_probs(s) if is_p is None else is_p): s = s.softmax(1)   # each check once
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
 # %% ../nbs/05_inference.ipynb #c12df624
-def check_settings(n_classes: int, top_n=None, radius=3, tau=None, alpha=0., vote=0, min_prob=0.) -> dict:
-    "The six refinement settings, validated for `n_classes` classes, as plain Python values (`top_n` None: 5, or M if fewer)."
-    top_n = min(5, n_classes) if top_n is None else as_int(top_n, 'top_n', 1, n_classes,
-                                                           f" top_n counts candidate classes among the {n_classes}.")
-    radius = as_int(radius, 'radius', 0, hint=" It is the band's half-width in pixels.")
-    tau = None if tau is None else as_float(tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate.")
-    alpha = as_float(alpha, 'alpha', 0, hint=" alpha weighs the base log-probability.")
-    vote = as_int(vote, 'vote', 0)
-    if vote % 2 == 0 and vote:
-        raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {vote!r}.")
-    min_prob = as_float(min_prob, 'min_prob', 0, 1, " min_prob is a probability (0: every top-N class is a candidate).", below_hi=True)
-    return dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, min_prob=min_prob)
+@dataclass(frozen=True)
+class RefineSettings:
+    "How `relabel` re-decides band pixels: `RefineSettings(top_n=3, radius=10, vote=5)`; checked when made."
+    top_n: int|None = None   # candidate classes per pixel (P3); 1 leaves the base answer; None: 5, or every class if fewer
+    radius: int = 3          # half-width in pixels of the band around the base arg-max's boundaries (P4)
+    tau: float|None = None   # confidence gate: re-decide only band pixels whose base top-1 probability is below it (None: all)
+    alpha: float = 0.        # weight of the base log-probability in the choice (0: the nearest prototype alone)
+    vote: int = 0            # odd side of a majority-vote window over the re-decided pixels' candidates (0: no vote)
+
+    def __post_init__(self):
+        put = partial(object.__setattr__, self)
+        if self.top_n is not None: put('top_n', as_int(self.top_n, 'top_n', 1, hint=" top_n counts candidate classes."))
+        put('radius', as_int(self.radius, 'radius', 0, hint=" It is the band's half-width in pixels."))
+        if self.tau is not None: put('tau', as_float(self.tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate."))
+        put('alpha', as_float(self.alpha, 'alpha', 0, hint=" alpha weighs the base log-probability."))
+        put('vote', as_int(self.vote, 'vote', 0))
+        if self.vote % 2 == 0 and self.vote:
+            raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {self.vote!r}.")
+
+# %% ../nbs/05_inference.ipynb #1031bfab
+@patch
+def for_classes(self: RefineSettings, n_classes: int) -> RefineSettings:
+    "These settings for `n_classes` classes: `top_n` None becomes 5 (or `n_classes` if fewer); a larger `top_n` is refused."
+    if self.top_n is None: return replace(self, top_n=min(5, n_classes))
+    as_int(self.top_n, 'top_n', 1, n_classes, f" top_n counts candidate classes among the {n_classes}.")
+    return self
+
+def _settings(settings, overrides: dict) -> RefineSettings:
+    "`settings` (a `RefineSettings`, or None for the defaults) with the keyword `overrides` applied."
+    if settings is not None and not isinstance(settings, RefineSettings):
+        raise TypeError(f"settings must be a RefineSettings, got {settings!r}; pass single settings by name, e.g. top_n=3.")
+    unknown = sorted(set(overrides) - {f.name for f in fields(RefineSettings)})
+    if unknown: raise TypeError(f"Unknown refinement setting(s) {', '.join(unknown)}: the settings are "
+                                f"{', '.join(f.name for f in fields(RefineSettings))}.")
+    return replace(ifnone(settings, RefineSettings()), **overrides) if overrides else ifnone(settings, RefineSettings())
 
 # %% ../nbs/05_inference.ipynb #53d26555
 def _check_protos(prototypes, n_scores, emb_dim=None):
@@ -153,133 +182,213 @@ def _check_protos(prototypes, n_scores, emb_dim=None):
         raise ValueError(f"The embedder gives {emb_dim}-dim features but the prototypes are {prototypes.emb_dim}-dim: "
                          "use the prototypes extracted with this embedder.")
 
-def _band_probs(s: torch.Tensor) -> torch.Tensor:
-    "Scores (M,K) of K band pixels as probabilities (a softmax over the M classes unless they already are)."
-    return s if s.shape[1] == 0 or _looks_like_probs(s, 0) else s.softmax(0)
+def _label_dtype(n_classes: int) -> torch.dtype:
+    "The smallest integer type `relabel` keeps labels in: uint8 for up to 256 classes."
+    return torch.uint8 if n_classes <= 256 else torch.int32
 
-def _top_n(p: torch.Tensor, n: int) -> tuple:
-    "(values, classes), each (K,n): the `n` largest of the scores `p` (M,K) per column, best first, like `p.t().topk(n, 1)`; ties go to the lower class."
-    M = p.shape[0]
-    rank = torch.arange(M, 0, -1, dtype=torch.uint8 if M < 256 else torch.int32, device=p.device)[:, None]
-    vals, idx = [], []
-    for j in range(n):                       # max over the short axis, n times: vectorised along K, several times faster than topk
-        v = p.amax(0)
-        i = M - ((p == v) * rank).amax(0).long()
+def _mark(mask: torch.Tensor, i: int, dtype: torch.dtype) -> torch.Tensor:
+    "`i` where the bool `mask` holds and 0 elsewhere, as `dtype` (written into the mask's own memory for uint8)."
+    return (mask.view(torch.uint8) if dtype == torch.uint8 else mask.to(dtype)).mul_(i)
+
+# %% ../nbs/05_inference.ipynb #c5a31fd4
+def _top_n_any(p: torch.Tensor, n: int) -> tuple:
+    "`_top_n` for scores of any float type: n maxima over the short axis, each with the lowest class of equal scores, then removed."
+    M, vals, idx = p.shape[0], [], []
+    rank = torch.arange(M, 0, -1, device=p.device)[:, None]
+    for j in range(n):
+        v = p.amax(0); i = M - ((p == v) * rank).amax(0)
         vals.append(v); idx.append(i)
         if j < n - 1: p = p.scatter(0, i[None], float('-inf'))
     return torch.stack(vals, 1), torch.stack(idx, 1)
 
+def _top_n(p: torch.Tensor, n: int) -> tuple:
+    "(values, classes), each (K,n): the `n` largest probabilities of `p` (M,K) (none negative) per column, best first, like `p.t().topk(n, 1)`; ties go to the lower class. For float32, transposed views of (n,K) rows."
+    M, K = p.shape
+    if p.dtype != torch.float32: return _top_n_any(p, n)
+    r = max(1, (M - 1).bit_length())                                   # low bits of a key: the class, the lower the larger
+    keys = p.view(torch.int32).long().bitwise_and_(0x7FFFFFFF).bitwise_left_shift_(r)    # the score's bits, read as an integer
+    keys.bitwise_or_(torch.arange(M - 1, -1, -1, device=p.device)[:, None])
+    top, gone = keys.new_empty((n, K)), keys.new_full((1, 1), -1).expand(1, K)
+    for j in range(n):                                                 # n maxima over the short axis, vectorised along K
+        torch.amax(keys, 0, out=top[j])
+        if j < n - 1: keys.scatter_(0, (M - 1) - (top[j:j+1] & ((1 << r) - 1)), gone)
+    return (top >> r).int().view(torch.float32).t(), ((M - 1) - (top & ((1 << r) - 1))).t()
+
+# %% ../nbs/05_inference.ipynb #5be07bf4
 def _prototype_scores(emb, vecs, sq):
     "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m` (`sq` holds the `|E_m|²`): `|e − E_m|²` short of `|e|²`, which every class shares."
     return sq[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
 
-def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
-    "(len(classes), K) float: how many pixels of each class the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image). `labels` is a small-int numpy array on the CPU, where cv2's running box sum costs the same for any k, else a tensor."
+def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
+    "Rows (C,K) of bilinear samples of `src` (B,C,h,w) at the full-resolution pixels `at` = (b,y,x) of an image of `size` (H,W): `sample_features(src, *at, size).t()`."
+    if src.shape[0] > 1: return sample_features(src, *at, size).t()
+    grid = src.new_empty((len(at[2]), 2))
+    grid[:, 0], grid[:, 1] = at[2], at[1]
+    grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)   # (2x+1)/W − 1, as sample_features
+    return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border', align_corners=False).view(src.shape[1], -1)
+
+def _nearest_candidate(emb, maps, vecs, sq, missing, at, size, top_p, cand, alpha: float) -> tuple:
+    "For band pixels `at` = (b,y,x): the index (K,) into their candidates `cand` (K,N) of the nearest prototype, and which candidates have one (K,N)."
+    cand, top_p = cand.t(), top_p.t()                                   # rows (N,K): contiguous as `_top_n` gives them
+    if maps is not None: d = _sample(maps, at, size)                    # (M,K) from the projected maps
+    else: d = (sq - 2 * _sample(emb, at, size).t() @ vecs.T).t()        # from the C features
+    d = d.gather(0, cand)
+    if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
+    if not missing.any(): allowed = torch.ones_like(d, dtype=torch.bool)    # every class has a prototype
+    else: allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape); d.masked_fill_(~allowed, float('inf'))
+    j, best = torch.zeros(d.shape[1], dtype=_label_dtype(len(d)), device=d.device), d[0]
+    for i in range(1, len(d)): torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
+    return j, allowed.t()
+
+# %% ../nbs/05_inference.ipynb #ee1d8599
+def _box_sums(labels, M: int, k: int) -> tuple:
+    "k×k window counts of the classes 0..M-1 in `labels` (B,H,W) (nothing counted outside the image), packed: int32 sums (P,B·H·W), each class's offset and bit shift in them (M,), and the mask of one count. Small-int numpy `labels` are counted with cv2, several classes per int32; a tensor with average pools, one class per row."
+    B, H, W = labels.shape
     if isinstance(labels, np.ndarray):
-        box = lambda m: cv2.boxFilter(m.view(np.uint8), cv2.CV_16U, (k, k), normalize=False, borderType=cv2.BORDER_CONSTANT)
-        lin = (b * labels.shape[1] + y) * labels.shape[2] + x             # flat indices: numpy's take is much faster than [b, y, x]
-        return torch.from_numpy(np.stack([np.stack([box(l == c) for l in labels]).ravel().take(lin) for c in classes]).astype(np.float32))
-    m = (labels[None] == torch.tensor(classes, device=labels.device)[:, None, None, None]).float().flatten(0, 1)[:, None]
-    m = F.avg_pool2d(F.avg_pool2d(m, (1, k), 1, (0, k // 2)), (k, 1), 1, (k // 2, 0)).view(len(classes), *labels.shape)
-    return (m[:, b, y, x] * (k * k)).round()
+        bits = (min(k, H) * min(k, W)).bit_length(); per = 31 // bits        # lanes of `bits` bits below the sign bit
+        lut = np.zeros((-(-M // per), 256 if labels.dtype == np.uint8 else max(M, int(labels.max()) + 1)), np.int32)
+        for c in range(M): lut[c // per, c] = 1 << (bits * (c % per))
+        box = lambda m: cv2.boxFilter(m, cv2.CV_32S, (k, k), normalize=False, borderType=cv2.BORDER_CONSTANT)
+        sums = torch.from_numpy(np.stack([np.stack([box(m) for m in t.take(labels)]).reshape(-1) for t in lut]))
+    else:
+        bits, per = 31, 1
+        m = (labels[None] == torch.arange(M, device=labels.device)[:, None, None, None]).float().flatten(0, 1)[:, None]
+        m = F.avg_pool2d(F.avg_pool2d(m, (1, k), 1, (0, k // 2)), (k, 1), 1, (k // 2, 0))
+        sums = (m * (k * k)).round_().int().view(M, -1)
+    c, at32 = torch.arange(M, device=sums.device), sums.numel() < 2 ** 31       # int32 offsets where they fit: faster sums
+    return sums, (c // per * sums.shape[1]).to(torch.int32 if at32 else torch.int64), (bits * (c % per)).int(), (1 << bits) - 1
 
-def _vote(out, b, y, x, cand, allowed, k: int) -> torch.Tensor:
-    "New labels of the pixels (b,y,x): the allowed candidate (`cand`, `allowed` (K,N)) most frequent in `out`'s k×k window; a tie keeps the pixel's label."
-    n = int(cand.max()) + 1
-    classes = torch.bincount(cand.view(-1), minlength=n).nonzero()[:, 0]
-    if out.device.type == 'cpu':
-        labels, at = out.numpy().astype(np.uint8 if n <= 255 else np.int32), (b.numpy(), y.numpy(), x.numpy())
-    else: labels, at = out, (b, y, x)
-    counts = _window_counts(labels, classes.tolist(), k, *at).to(out.device)             # (classes, K)
-    row = torch.zeros(n, dtype=torch.long, device=out.device).index_put_((classes,), torch.arange(len(classes), device=out.device))
-    votes = counts.gather(0, row[cand].t()).t() + 0.5 * (cand == out[b, y, x][:, None])   # (K, N)
-    return cand.gather(1, votes.masked_fill(~allowed, -1.).argmax(1, keepdim=True))[:, 0]
+def _counts_at(sums, off, shift, mask, cand, lin) -> torch.Tensor:
+    "int32 window counts (N,K) of the classes `cand` (N,K) at the flat pixels `lin` (K,), from `_box_sums`."
+    c = cand.reshape(-1).int()
+    v = sums.view(-1).index_select(0, (off.index_select(0, c).view(cand.shape) + lin.to(off.dtype)).view(-1))
+    return (v >> shift.index_select(0, c)).bitwise_and_(mask).view(cand.shape)
 
+def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
+    "(len(classes), K) float: how many pixels of each class the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image); `labels` a small-int numpy array (cv2) or a tensor."
+    lin = torch.as_tensor((b * labels.shape[1] + y) * labels.shape[2] + x)
+    box = _box_sums(labels, max(classes) + 1, k)
+    return _counts_at(*box, torch.tensor(classes, device=lin.device)[:, None].expand(-1, len(lin)), lin).float()
+
+# %% ../nbs/05_inference.ipynb #1095fbf4
+def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
+    "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
+    v = _counts_at(*box, cand, lin) * 2 + (cand == cur)
+    if not allowed.all(): v.masked_fill_(~allowed, -1)
+    pick, best = cand[0].clone(), v[0]
+    for j in range(1, len(cand)):
+        more = v[j] > best; best = torch.maximum(best, v[j])
+        pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
+    return pick
+
+# %% ../nbs/05_inference.ipynb #84fdf567
+def _arg_max(p: torch.Tensor) -> tuple:
+    "The arg-max of scores (B,M,H,W) over the classes as small ints (B,H,W) -- the first class of equal scores, as `argmax` takes it -- and the maximum (B,H,W)."
+    best, more = p[:, 0].clone(), torch.empty(p[:, 0].shape, dtype=torch.bool, device=p.device)
+    idx = torch.zeros(more.shape, dtype=_label_dtype(p.shape[1]), device=p.device)
+    for m in range(1, p.shape[1]):
+        torch.gt(p[:, m], best, out=more); torch.maximum(best, p[:, m], out=best)
+        torch.maximum(idx, _mark(more, m, idx.dtype), out=idx)             # m exceeds every earlier class
+    return idx, best
+
+# %% ../nbs/05_inference.ipynb #4eee7aff
+def _band_pixels(base, top1, is_p: bool, s: RefineSettings) -> torch.Tensor:
+    "Flat indices (K,) of the pixels of `base` (B,H,W) to re-decide: its band, and with probabilities (`is_p`) and a gate only those whose top score `top1` is below `s.tau`."
+    band = batch_band(base, s.radius)                                      # P4
+    if is_p and s.tau is not None: band &= top1 < s.tau                    # the gate: confident pixels keep the base answer
+    if band.device.type == 'cpu': return torch.from_numpy(np.flatnonzero(band.numpy()))   # several times faster than nonzero
+    return band.view(-1).nonzero()[:, 0]
+
+def _pixels(lin, B: int, H: int, W: int) -> tuple:
+    "(b,y,x) of the flat indices `lin` into (B,H,W)."
+    q = torch.div(lin, W, rounding_mode='floor')
+    b = torch.div(q, H, rounding_mode='floor') if B > 1 else torch.zeros_like(q)
+    return b, (q - b * H if B > 1 else q), lin - q * W
+
+# %% ../nbs/05_inference.ipynb #88e4842a
+def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
+    "P3 and P5 for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), and the chosen labels (K,)."
+    p = rows.index_select(1, lin)
+    if not is_p:                                                          # logits: the softmax of these pixels only, then the gate
+        p = p.softmax(0)
+        if s.tau is not None: k = (p.amax(0) < s.tau).nonzero()[:, 0]; lin, p = lin.index_select(0, k), p.index_select(1, k)
+    top_p, cand = _top_n(p, s.top_n)                                      # P3: (K,N)
+    vecs, sq, missing = protos
+    j, allowed = _nearest_candidate(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size, top_p, cand, s.alpha)  # P5
+    cand, allowed = cand.t().to(_label_dtype(len(vecs))), allowed.t().clone()
+    allowed[0] = True                                                     # the base answer is always allowed
+    return lin, cand, allowed, cand.gather(0, j.long()[None])[0]
+
+# %% ../nbs/05_inference.ipynb #5cfbf161
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
-            top_n: int|None = None,    # candidates per pixel (P3); 1 leaves the base answer unchanged; None: 5, or M if fewer
-            radius: int = 3,           # band radius around the base arg-max boundaries (P4)
-            tau: float|None = None,    # confidence gate: only re-decide band pixels with base top-1 probability < tau
-            alpha: float = 0.,         # weight of the base model's log-probability in the choice (0: nearest prototype only)
-            vote: int = 0,             # side (odd) of the window of a majority vote among the re-decided pixels' candidates (0: none)
-            min_prob: float = 0.,      # a candidate other than the base answer needs at least this base probability (0: any of the top-N)
+            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
             chunk: int = 1 << 16,      # band pixels per step (bounds memory)
-           ) -> torch.Tensor:
+            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote)
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     B, M, H, W = probs.shape
     _check_protos(prototypes, M, emb.shape[1])
-    top_n, radius, tau, alpha, vote, min_prob = check_settings(M, top_n, radius, tau, alpha, vote, min_prob).values()
-    chunk = as_int(chunk, 'chunk', 1)
-    base = probs.max(1).indices                               # the base answer (torch's max(dim) is much faster than argmax)
-    if top_n == 1: return base
-    band = batch_band(base, radius)                           # P4
-    bi, y, x = band.nonzero(as_tuple=True)
-    if len(bi) == 0: return base
+    s, chunk = _settings(settings, kwargs).for_classes(M), as_int(chunk, 'chunk', 1)
+    base, top1 = _arg_max(probs)                                          # the base answer, as small ints, and its score
+    if s.top_n == 1: return base.long()
+    is_p = _looks_like_probs(probs)
+    lin, out, done = _band_pixels(base, top1, is_p, s), base.view(-1), []
+    if len(lin) == 0: return base.long()
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
-    project = M <= emb.shape[1]                               # fewer classes than channels: sample M score maps, not C features
-    maps = _prototype_scores(emb, vecs, sq) if project else None
-    out, decided = base.clone(), []
-    flat, lin = probs.transpose(0, 1).reshape(M, -1), (bi * H + y) * W + x    # (M, B·H·W): a view for one image
-    for s in range(0, len(bi), chunk):                        # band pixels only from here on
-        b_, y_, x_ = bi[s:s+chunk], y[s:s+chunk], x[s:s+chunk]
-        p = _band_probs(flat.index_select(1, lin[s:s+chunk]))                 # (M, K): classes on the short axis, fast
-        top_p, cand = _top_n(p, top_n)                        # P3: (K, N) candidates
-        k = None if tau is None else top_p[:, 0] < tau        # the gate: confident pixels keep the base answer
-        if min_prob:                                          # and so do pixels with no other candidate of min_prob
-            k = top_p[:, 1] >= min_prob if k is None else k & (top_p[:, 1] >= min_prob)
-        if k is not None: b_, y_, x_, top_p, cand = b_[k], y_[k], x_[k], top_p[k], cand[k]
-        if project: d = sample_features(maps, b_, y_, x_, (H, W))              # P5: (K, M)
-        else:
-            f = sample_features(emb, b_, y_, x_, (H, W))
-            d = sq - 2 * f @ vecs.T
-        d = d.gather(1, cand)                                                   # (K, N)
-        if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
-        out_of_reach = missing[cand]                          # no prototype,
-        if min_prob: out_of_reach |= top_p < min_prob         # or too unlikely (never the base answer, which passed above)
-        d = d.masked_fill(out_of_reach, float('inf'))         # all out of reach: argmin 0, the base answer
-        out[b_, y_, x_] = cand.gather(1, d.argmin(1, keepdim=True))[:, 0]
-        if vote: decided.append((b_, y_, x_, cand, ~out_of_reach | (cand == cand[:, :1])))   # the base answer is always allowed
-    if vote and decided:
-        b_, y_, x_, cand, allowed = (torch.cat(t) for t in zip(*decided))
-        if len(b_): out[b_, y_, x_] = _vote(out, b_, y_, x_, cand, allowed, vote)
-    return out
+    maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
+    rows = probs.transpose(0, 1).reshape(M, -1)                           # (M, B·H·W): a view for one image
+    for i in range(0, len(lin), chunk):
+        li, cand, allowed, pick = _choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W))
+        out.scatter_(0, li, pick)
+        if s.vote: done.append((li, cand, allowed, pick))
+    if done:
+        box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, s.vote)   # the windows of the chosen labels
+        for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
+    return base.long()
 
 # %% ../nbs/05_inference.ipynb #3742569e
-def _embed(model, x: torch.Tensor) -> torch.Tensor:
-    "The embedder's features (B,C,h,w) for the prepared images `x`, refused when they are not finite."
-    emb = _embedding(model(x))
+def _shares_backbone(model, base) -> bool:
+    "Whether the embedder `model` reads the features of the base model `base` (a `SharedEmbeddingNet` built on it)."
+    return isinstance(base, nn.Module) and getattr(model, 'kind', None) == 'shared' and getattr(model, 'base', None) is _model_of(base)
+
+def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
+    "The embeddings `emb`, refused when they are not finite."
     if not torch.isfinite(emb.sum()):
         raise ValueError("The embedder's features contain NaN or inf for this image: check its weights (a diverged "
                          "training run) and the image's normalisation.")
     return emb
 
+def _embed(model, x: torch.Tensor) -> torch.Tensor:
+    "The embedder's features (B,C,h,w) for the prepared images `x`, refused when they are not finite."
+    return _checked_embedding(_embedding(model(x)))
+
+def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple:
+    "The base scores (B,M,H,W) and the embeddings of the prepared images `x`: one base forward for both when `model` reads the base model `probs`' features."
+    if _shares_backbone(model, probs):
+        logits, emb = embed_with_base(model, probs, x)
+        return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
+    return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
+
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
                    probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
-                   top_n: int|None = None,    # candidate classes per pixel (None: 5, or M if fewer)
-                   radius: int|None = None,   # band radius; None: the prototypes' radius
-                   tau: float|None = None,    # optional confidence gate (None: re-decide every band pixel)
-                   alpha: float = 0.,         # optional weight of the base log-probability in the choice (0: the specification)
-                   vote: int = 0,             # optional majority-vote window (odd side) over the re-decided pixels (0: none)
-                   min_prob: float = 0.,      # optional: least base probability of a candidate besides the base answer (0: any of the top-N)
-                  ):
+                   settings: RefineSettings|None = None,   # how band pixels are re-decided (None: the defaults)
+                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote): they override `settings`
     "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W)."
-    as_numpy = isinstance(probs, np.ndarray)
-    model = _model_of(embedder)
-    dev = _device_of(model)
+    s = _settings(settings, kwargs)
+    as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
-    x = x.to(dev)
-    p = base_probs(probs, x, batched, softmax=False).to(dev)
-    _check_protos(prototypes, p.shape[1])
+    x = x.to(_device_of(model))
     was_training = model.training if isinstance(model, nn.Module) else False
     if isinstance(model, nn.Module): model.eval()
     try:
         with torch.inference_mode():
-            emb = _embed(model, x)
-            out = relabel(emb, p, prototypes, top_n, ifnone(radius, prototypes.radius), tau, alpha, vote, min_prob)
+            p, emb = _scores_and_embedding(model, probs, x, batched)
+            _check_protos(prototypes, p.shape[1])
+            out = relabel(emb, p, prototypes, s)
     finally:
         if was_training: model.train()
     if not batched: out = out[0]
@@ -295,6 +404,22 @@ OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
+def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool) -> tuple:
+    "The embedder's features and the base probabilities of each validation image (run once), and the ground truths as numpy."
+    imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
+    scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
+    if not (len(imgs) == len(scores) == len(gts_)):
+        raise ValueError(f"calibrate needs one score map and one ground truth per image: got {len(imgs)} images, "
+                         f"{len(scores)} score maps, {len(gts_)} ground truths.")
+    cache, dev = [], _device_of(model)
+    with torch.inference_mode():
+        for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
+            x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
+            p, emb = _scores_and_embedding(model, sc, x, False)
+            cache.append((emb, p))
+    return cache, gts_
+
+# %% ../nbs/05_inference.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
               prototypes: Prototypes,         # its prototypes
               images,                         # validation images: a list or a batch, as `refine_predict` takes them
@@ -306,72 +431,54 @@ def calibrate(embedder,                       # the embedder (or Learner)
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
               votes=(0, 5, 9, 11),            # majority-vote windows to try (0: none)
-              min_probs=(0.,),                # least base probabilities of a candidate to try (0: any of the top-N)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
-              progress: bool = True):
-    "Choose radius, top_n, tau, alpha, vote and min_prob on validation data to maximise `objective`; never worse than the base."
+              progress: bool = True) -> dict:
+    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base), its scores and the table of all."
     from brefine.metrics import boundary_f1, mean_iou
     rank = OBJECTIVES.get(objective)
     if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
-    model = _model_of(embedder); dev = _device_of(model)
+    model = _model_of(embedder)
     if isinstance(model, nn.Module): model.eval()
-    imgs = _as_list(images); gts_ = [to_numpy(g) for g in _as_list(gts)]
-    scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
-    if not (len(imgs) == len(scores) == len(gts_)):
-        raise ValueError(f"calibrate needs one score map and one ground truth per image: got {len(imgs)} images, "
-                         f"{len(scores)} score maps, {len(gts_)} ground truths.")
-    cache = []
-    with torch.inference_mode():
-        for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
-            x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
-            p = base_probs(sc, x, False, softmax=False).to(dev)
-            cache.append((_embed(model, x), p))
+    cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress)
     n = prototypes.n_classes
-    def score(preds):
-        return (boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
-                mean_iou(preds, gts_, n, ignore_index=ignore_index))
+    def score(s: RefineSettings) -> dict:
+        preds = [to_numpy(relabel(e, p, prototypes, s)[0]) for e, p in cache]
+        return dict(asdict(s), boundary_f1=boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
+                    miou=mean_iou(preds, gts_, n, ignore_index=ignore_index))
     with torch.inference_mode():
-        base_preds = [to_numpy(p.argmax(1)[0]) for _, p in cache]
-        best = dict(radius=prototypes.radius, top_n=1, tau=None, alpha=0., vote=0, min_prob=0.)
-        best_score = score(base_preds)
-        rows = [dict(best, boundary_f1=best_score[0], miou=best_score[1])]
-        for r, k, t, a, v, m in itertools.product(radii, top_ns, taus, alphas, votes, min_probs):
-            if k > n: continue
-            preds = [to_numpy(relabel(e, p, prototypes, k, r, t, a, v, m)[0]) for e, p in cache]
-            sc = score(preds)
-            setting = dict(radius=r, top_n=k, tau=t, alpha=a, vote=v, min_prob=m)
-            rows.append(dict(setting, boundary_f1=sc[0], miou=sc[1]))
-            if rank(*sc) > rank(*best_score): best, best_score = setting, sc
-    return dict(best, boundary_f1=best_score[0], miou=best_score[1],
-                base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
+        rows = [score(RefineSettings(top_n=1))]                          # the base answer
+        rows += [score(RefineSettings(k, r, t, a, v)) for r, k, t, a, v in itertools.product(radii, top_ns, taus, alphas, votes) if k <= n]
+    best = max(rows, key=lambda r: rank(r['boundary_f1'], r['miou']))   # the first of equals: the base unless something beats it
+    return dict(settings=RefineSettings(**{f.name: best[f.name] for f in fields(RefineSettings)}), boundary_f1=best['boundary_f1'],
+                miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
 # %% ../nbs/05_inference.ipynb #352a41fa
 REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 3
+_SETTING_NAMES = tuple(f.name for f in fields(RefineSettings))
 
-class Refiner:
-    "Embedder + prototypes + settings: `Refiner(...)(img, probs_or_model)` refines a prediction."
-    setting_names = ('top_n', 'radius', 'tau', 'alpha', 'vote', 'min_prob')     # `refine_predict`'s keyword names
-    def __init__(self, embedder, prototypes: Prototypes, top_n: int|None = None, radius: int|None = None, tau: float|None = None,
-                 alpha: float = 0., vote: int = 0, min_prob: float = 0.):
+class Refiner(GetAttr):
+    "Embedder + prototypes + `RefineSettings`: `Refiner(...)(img, probs_or_model)` refines a prediction."
+    _default, _xtra = 'settings', list(_SETTING_NAMES)                     # ref.top_n etc. read the settings
+    def __init__(self, embedder, prototypes: Prototypes, settings: RefineSettings|None = None, **kwargs):  # kwargs: single settings by name
         _check_protos(prototypes, prototypes.n_classes if isinstance(prototypes, Prototypes) else 0)
         self.embedder, self.prototypes = _model_of(embedder), prototypes
-        radius = ifnone(radius, prototypes.radius)
-        for k, v in check_settings(prototypes.n_classes, top_n, radius, tau, alpha, vote, min_prob).items(): setattr(self, k, v)
-        if top_n is None: self.top_n = None                                  # keep "the default", which depends on the classes
+        self.settings = _settings(settings, kwargs)
+
+    def __setattr__(self, k, v):
+        if k in _SETTING_NAMES: k, v = 'settings', replace(self.settings, **{k: v})   # ref.radius = 8: new settings, checked
+        if k == 'settings': _settings(v, {}).for_classes(self.prototypes.n_classes)     # a bad top_n fails now, not at the first call
+        super().__setattr__(k, v)
 
     def __call__(self, img, probs):
         "Refine `probs` (scores or the base model) for `img` with this bundle's settings."
-        return refine_predict(img, probs, self.embedder, self.prototypes, **self.settings)
+        return refine_predict(img, probs, self.embedder, self.prototypes, self.settings)
 
-    @property
-    def settings(self): return {k: getattr(self, k) for k in self.setting_names}
-
-    def calibrate(self, images, probs, gts, **kwargs):
-        "Pick `top_n`, `radius`, `tau`, `alpha`, `vote` and `min_prob` on validation data with `calibrate`, keep them, and return its report."
+    def calibrate(self, images, probs, gts, **kwargs) -> dict:
+        "Choose the settings on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
-        for k in self.setting_names: setattr(self, k, res[k])
+        self.settings = res['settings']
         return res
 
     def to(self, device):
@@ -438,7 +545,7 @@ def save(self: Refiner, path, overwrite: bool = True) -> Path:
         save_embedder(self.embedder, path/files['embedder'])
         self.prototypes.save(path/files['prototypes'])
         with atomic_write(path/'refiner.json', 'w') as f:     # the switch: from here on the folder is the new bundle
-            json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **self.settings), f, indent=1)
+            json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings)), f, indent=1)
     except BaseException:
         for n in files.values():
             with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
@@ -450,14 +557,17 @@ def save(self: Refiner, path, overwrite: bool = True) -> Path:
 
 # %% ../nbs/05_inference.ipynb #814a2729
 @patch(cls_method=True)
-def load(cls: Refiner, path, device=None) -> Refiner:
-    "Load a bundle written by `Refiner.save`; never executes code from the files."
+def load(cls: Refiner, path, device=None, base=None) -> Refiner:
+    "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one); never executes code from the files."
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.")
     settings, files = _read_bundle_json(path)
-    net = load_embedder(path/files['embedder'])
+    if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
+        raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no longer "
+                         "has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
+    net = load_embedder(path/files['embedder'], base=base)
     protos = Prototypes.load(path/files['prototypes'])
     if device is not None: net.to(device)
-    kw = {k: settings[k] for k in cls.setting_names if k in settings}      # older bundles: newer settings keep their defaults
+    kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
     try: return cls(net, protos, **kw)
     except (TypeError, ValueError) as e: raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
-from torchvision.models.segmentation.deeplabv3 import ASPP
+from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabHead
 from torchvision.models._utils import IntermediateLayerGetter
 from fastcore.basics import listify, store_attr
 from fastcore.meta import delegates
@@ -24,29 +24,30 @@ importlib.import_module('fastai.callback.progress')   # and no_bar
 
 # %% auto #0
 __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'torchvision_model',
-           'EmbeddingNet', 'embedder_state', 'check_embedder_state', 'embedder_from_state', 'save_embedder',
-           'load_embedder', 'embedding_splitter', 'sample_features', 'band_features', 'feature_distance',
-           'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets', 'init_backbone',
-           'refine_learner']
+           'EmbeddingHead', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state', 'check_embedder_state',
+           'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter', 'sample_features',
+           'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback',
+           'ActiveTriplets', 'init_backbone', 'refine_learner']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
 MOBILENETS = ('mobilenet_v2', 'mobilenet_v3_large')
 TORCHVISION_BACKBONES = RESNETS + MOBILENETS
 
-def _dilate(blocks, output_stride: int, stride: int = 1) -> list:
+def _dilate(blocks, output_stride: int, stride: int = 1, slim: bool = False) -> list:
     "Make `blocks` (input at `stride`) stop downsampling at `output_stride`, dilating later convs in place; return each block's output stride."
     dilation, strides = 1, []
     for block in blocks:
         convs = [m for m in block.modules() if isinstance(m, nn.Conv2d)]
-        s = max([c.stride[0] for c in convs], default=1)   # a block downsamples once (its shortcut in parallel)
+        s, rate = max([c.stride[0] for c in convs], default=1), dilation   # a block downsamples once (its shortcut in parallel)
         if s > 1 and stride * s > output_stride:
             dilation *= s; s = 1
             for c in convs: c.stride = (1, 1)
-        if dilation > 1:
+        if not slim: rate = dilation                        # torchvision: the block that loses its stride dilates already
+        if rate > 1:
             for c in convs:
                 k = c.kernel_size[0]
-                if k > 1: c.dilation, c.padding = (dilation, dilation), ((k - 1) // 2 * dilation,) * 2
+                if k > 1: c.dilation, c.padding = (rate, rate), ((k - 1) // 2 * rate,) * 2
         stride *= s; strides.append(stride)
     return strides
 
@@ -117,9 +118,49 @@ def _backbone(name: str, pretrained, output_stride: int):
         return IntermediateLayerGetter(feats, {str(low): 'low', str(len(feats) - 1): 'out'}), chs[low], chs[-1]
     return _timm_backbone(name, pretrained, output_stride)
 
+# %% ../nbs/03_learner.ipynb #9fd2dd90
+def _check_dims(**dims):
+    "Refuse channel counts that are not positive ints, naming the argument."
+    for k, v in dims.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}.")
+
+def _check_images(x, training: bool, who: str):
+    "Refuse what an embedder of (B,3,H,W) images cannot take, saying what to do."
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise ValueError(f"{who} expects images (B,3,H,W), got shape {tuple(x.shape)}: add a batch axis with x[None] "
+                         "or convert grey images to RGB.")
+    if training and x.shape[0] == 1:
+        raise ValueError(f"{who} cannot train on a batch of one image (the ASPP image-pooling branch normalises "
+                         "over the batch): use a batch size of 2 or more, or call .eval() for inference.")
+
+# %% ../nbs/03_learner.ipynb #0f342029
+class EmbeddingHead(nn.Module):
+    "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature, then a 1x1 convolution to `emb_dim` channels."
+    def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 feature and of the deep feature
+                 emb_dim: int = 64, rates=(6, 12, 18), normalize: bool = True, # embedding channels, ASPP rates, unit-norm embeddings
+                 aspp_dim: int = 128, low_level_dim: int = 48, decoder_dim: int = 128, dropout: float = 0.1):  # as in `EmbeddingNet`
+        super().__init__()
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        self.aspp = ASPP(high_ch, list(rates), aspp_dim)
+        self.aspp.project[-1].p = dropout
+        def cbr(ci, co, k): return [nn.Conv2d(ci, co, k, padding=k // 2, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
+        self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))
+        self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3), *cbr(decoder_dim, decoder_dim, 3))
+        self.head = nn.Conv2d(decoder_dim, emb_dim, 1)
+        store_attr('emb_dim,normalize')
+
+    def forward(self, low: torch.Tensor, high: torch.Tensor, size=None) -> torch.Tensor:
+        "Embeddings (B,emb_dim,*size) from the stride-4 feature `low` and the deep feature `high`; `size` defaults to `low`'s."
+        size = tuple(size or low.shape[-2:])
+        low = self.reduce(low)
+        if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
+        high = F.interpolate(self.aspp(high), size, mode='bilinear', align_corners=False)
+        e = self.head(self.decoder(torch.cat([high, low], 1)))
+        return F.normalize(e, dim=1) if self.normalize else e
+
 # %% ../nbs/03_learner.ipynb #5692e49d
-class EmbeddingNet(nn.Module):
-    "DeepLabV3+ style network mapping images (B,3,H,W) to embeddings (B,emb_dim,ceil(H/4),ceil(W/4))."
+class EmbeddingNet(EmbeddingHead):
+    "DeepLabV3+ style network mapping images (B,3,H,W) to embeddings (B,emb_dim,ceil(H/4),ceil(W/4)): a backbone and an `EmbeddingHead`."
     stride = 4
     def __init__(self,
                  backbone: str = 'resnet18',  # torchvision resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model name
@@ -132,50 +173,49 @@ class EmbeddingNet(nn.Module):
                  decoder_dim: int = 128,      # channels of the fusion convolutions
                  dropout: float = 0.1,        # dropout after the ASPP projection
                 ):
-        super().__init__()
         if not isinstance(backbone, str): raise TypeError(f"backbone must be a model name (str), got {type(backbone).__name__}.")
         if output_stride not in (8, 16): raise ValueError(f"output_stride must be 8 or 16, got {output_stride}.")
-        for k, v in dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim).items():
-            if not isinstance(v, int) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}.")
-        self.backbone, low_ch, high_ch = _backbone(backbone, pretrained, output_stride)
-        rates = (6, 12, 18) if output_stride == 16 else (12, 24, 36)
-        self.aspp = ASPP(high_ch, rates, aspp_dim)
-        self.aspp.project[-1].p = dropout
-        def cbr(ci, co, k): return [nn.Conv2d(ci, co, k, padding=k // 2, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
-        self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))
-        self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3), *cbr(decoder_dim, decoder_dim, 3))
-        self.head = nn.Conv2d(decoder_dim, emb_dim, 1)
-        store_attr('emb_dim,normalize,output_stride')
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        body, low_ch, high_ch = _backbone(backbone, pretrained, output_stride)
+        super().__init__(low_ch, high_ch, emb_dim, (6, 12, 18) if output_stride == 16 else (12, 24, 36), normalize,
+                         aspp_dim, low_level_dim, decoder_dim, dropout)
+        self.backbone = body
+        for k in [k for k in self._modules if k != 'backbone']: self._modules[k] = self._modules.pop(k)   # backbone first, as always
+        self.output_stride = output_stride
         self.config = dict(backbone=backbone, emb_dim=emb_dim, pretrained=False, output_stride=output_stride, normalize=normalize,
                            aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, dropout=dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4 or x.shape[1] != 3:
-            raise ValueError(f"EmbeddingNet expects images (B,3,H,W), got shape {tuple(x.shape)}: add a batch axis with x[None] "
-                             "or convert grey images to RGB.")
-        if self.training and x.shape[0] == 1:
-            raise ValueError("EmbeddingNet cannot train on a batch of one image (the ASPP image-pooling branch normalises "
-                             "over the batch): use a batch size of 2 or more, or call .eval() for inference.")
+        _check_images(x, self.training, 'EmbeddingNet')
         size = (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4))
         if not self.training and x.device.type == 'cpu': x = x.contiguous(memory_format=torch.channels_last)   # ~20 % faster
         f = self.backbone(x)
-        low = self.reduce(f['low'])
-        if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
-        high = F.interpolate(self.aspp(f['out']), size, mode='bilinear', align_corners=False)
-        e = self.head(self.decoder(torch.cat([high, low], 1)))
-        return F.normalize(e, dim=1) if self.normalize else e
+        return super().forward(f['low'], f['out'], size)
+
+# %% ../nbs/03_learner.ipynb #d71102e1
+class DeepLabV3MobileNetV2(nn.Module):
+    "A base segmentation model: DeepLabV3 on MobileNetV2 at output stride 16, giving logits (B,n_classes,H,W) at the input size."
+    def __init__(self, n_classes: int, pretrained=True):    # `pretrained`: the backbone's ImageNet weights, as `torchvision_model` takes them
+        super().__init__()
+        self.backbone = torchvision_model('mobilenet_v2', pretrained).features[:-1]     # 320 channels at stride 32 ...
+        _dilate(self.backbone, 16, slim=True)                                          # ... now at stride 16
+        self.head = DeepLabHead(320, n_classes, atrous_rates=(6, 12, 18))
+    def forward(self, x):
+        return F.interpolate(self.head(self.backbone(x)), x.shape[-2:], mode='bilinear', align_corners=False)
 
 # %% ../nbs/03_learner.ipynb #b0af6542
-EMBEDDER_FORMAT, EMBEDDER_VERSION = 'brefine.embedder', 1
+EMBEDDER_FORMAT, EMBEDDER_VERSION = 'brefine.embedder', 2      # version 1: an EmbeddingNet; 2 adds kind='shared'
 
 def embedder_state(net) -> dict:
-    "`net` (an `EmbeddingNet`, or a Learner holding one) as plain data that `embedder_from_state` rebuilds: format, config, CPU weights."
+    "`net` (an `EmbeddingNet` or `SharedEmbeddingNet`, or a Learner holding one) as plain data for `embedder_from_state`: format, config, CPU weights."
     net = _model_of(net)
-    if not isinstance(net, EmbeddingNet):
-        raise TypeError(f"brefine saves an EmbeddingNet (its config rebuilds it), not a {type(net).__name__}: "
+    if not isinstance(net, EmbeddingNet) and getattr(net, 'kind', None) != 'shared':
+        raise TypeError(f"brefine saves an EmbeddingNet or a SharedEmbeddingNet (its config rebuilds it), not a {type(net).__name__}: "
                         "save other embedders with torch yourself.")
-    return dict(format=EMBEDDER_FORMAT, version=EMBEDDER_VERSION, config=dict(net.config, pretrained=False),
-                state_dict={k: v.detach().cpu() for k, v in net.state_dict().items()})
+    sd = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+    if isinstance(net, EmbeddingNet):
+        return dict(format=EMBEDDER_FORMAT, version=1, config=dict(net.config, pretrained=False), state_dict=sd)
+    return dict(format=EMBEDDER_FORMAT, version=2, kind='shared', config=dict(net.config), base=net.base_layers(), state_dict=sd)
 
 # %% ../nbs/03_learner.ipynb #843bdfb3
 _BUNDLE_EMBEDDER_FORMAT = 'brefine.refiner'     # the embedder file in older Refiner bundles
@@ -191,9 +231,13 @@ def check_embedder_state(d, source: str = 'the embedder state') -> dict:
     return d
 
 # %% ../nbs/03_learner.ipynb #d98acaf6
-def embedder_from_state(d, source: str = 'the embedder state') -> EmbeddingNet:
-    "The `EmbeddingNet` stored in `d` by `embedder_state`, in eval mode: built from its config without downloading anything, with `d`'s weights."
+def embedder_from_state(d, source: str = 'the embedder state', base=None):
+    "The embedder stored in `d` by `embedder_state`, in eval mode, built from its config without downloading anything; `base`: the model a shared one reads."
     check_embedder_state(d, source)
+    if d.get('kind', 'net') == 'shared':
+        from brefine.shared_backbone import shared_from_state
+        return shared_from_state(d, source, base)
+    if d.get('kind', 'net') != 'net': raise ValueError(f"{source} holds an embedder of kind {d['kind']!r}, which this brefine does not know: `pip install -U brefine`.")
     try: net = EmbeddingNet(**dict(d['config'], pretrained=False))
     except Exception as e: raise ValueError(f"{source} holds an embedder configuration brefine cannot build ({type(e).__name__}: {e}).") from None
     try: net.load_state_dict(d.get('state_dict'))
@@ -203,16 +247,17 @@ def embedder_from_state(d, source: str = 'the embedder state') -> EmbeddingNet:
 
 # %% ../nbs/03_learner.ipynb #2f45c0de
 def save_embedder(net, path) -> Path:
-    "Write `net` (an `EmbeddingNet`, or a Learner holding one) to `path` atomically, for `load_embedder`."
+    "Write `net` (an `EmbeddingNet` or `SharedEmbeddingNet`, or a Learner holding one) to `path` atomically, for `load_embedder`."
     return atomic_save(embedder_state(net), path)
 
-def load_embedder(path) -> EmbeddingNet:
-    "The `EmbeddingNet` in the file `path` (from `save_embedder`, `brefine train` or a `Refiner` bundle), in eval mode; never runs code from the file."
-    return embedder_from_state(safe_load(path, 'embedder checkpoint'), path)
+def load_embedder(path, base=None):
+    "The embedder in the file `path` (from `save_embedder`, `brefine train` or a `Refiner` bundle), in eval mode; `base`: the model a shared one reads. Never runs code from the file."
+    return embedder_from_state(safe_load(path, 'embedder checkpoint'), path, base)
 
 # %% ../nbs/03_learner.ipynb #9a4c14d1
-def embedding_splitter(model: EmbeddingNet) -> list:
-    "Parameter groups (backbone, ASPP + decoder + head) for fastai's freeze/unfreeze."
+def embedding_splitter(model) -> list:
+    "Parameter groups for fastai's freeze/unfreeze: (backbone, ASPP + decoder + head) of an `EmbeddingNet`; a `SharedEmbeddingNet`'s own groups."
+    if not isinstance(model, EmbeddingNet): return model.param_groups()
     return [params(model.backbone), params(model.aspp) + params(model.reduce) + params(model.decoder) + params(model.head)]
 
 # %% ../nbs/03_learner.ipynb #883f4624
@@ -440,17 +485,24 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                    normalize: bool = True,        # unit-norm embeddings
                    net_kwargs: dict|None = None,  # `EmbeddingNet`'s other arguments as a dict (the same as passing them by name)
                    backbone_init=None,            # a module or state dict with the same backbone to start from (`init_backbone`), instead of `pretrained`
+                   base=None,                     # your segmentation model: train a `SharedEmbeddingNet` on its features instead
                    cbs=None, metrics=None,        # more callbacks and metrics
                    **kwargs                       # `EmbeddingNet`'s other arguments (aspp_dim, decoder_dim, ...); the rest go to `Learner` (lr, opt_func, path, wd, ...)
                   ) -> Learner:
-    "A fastai `Learner` that trains an `EmbeddingNet` with triplets of band pixels."
+    "A fastai `Learner` that trains an `EmbeddingNet` (or, given `base`, a `SharedEmbeddingNet`) with triplets of band pixels."
     n_inp = getattr(dls, 'n_inp', None)
     if n_inp != 1: raise ValueError(f"refine_learner needs batches (image, mask, band) with one input, but dls.n_inp is {n_inp}: "
                                     "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
                                     "or set dls.n_inp = 1 if your batches are (image, mask, band).")
-    net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(EmbeddingNet).parameters if k in kwargs})
-    net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
-    if backbone_init is not None: init_backbone(net, backbone_init)
+    if base is None:
+        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(EmbeddingNet).parameters if k in kwargs})
+        net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
+        if backbone_init is not None: init_backbone(net, backbone_init)
+    else:
+        from brefine.shared_backbone import SharedEmbeddingNet
+        if backbone_init is not None: raise ValueError("backbone_init does not apply with base=: the embedder reads the base model's own backbone.")
+        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(SharedEmbeddingNet).parameters if k in kwargs})
+        net = SharedEmbeddingNet(base, emb_dim, normalize=normalize, **net_kw)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
     return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)

@@ -8,9 +8,8 @@ import math
 from collections import namedtuple
 import numpy as np
 import cv2
-import torch
 from .core import to_numpy, as_int, as_float
-from .band import _edges_t, _reach
+from .band import _edges_t, _dilate_t, _band_t, _disk_of, _reach
 
 # %% auto #0
 __all__ = ['Evaluation', 'confusion_matrix', 'mean_iou', 'mask_boundary', 'boundary_iou', 'boundary_f1', 'trimap_mask',
@@ -103,12 +102,6 @@ def _mean(x) -> float:
     return float(x[np.isfinite(x)].mean()) if np.isfinite(x).any() else float('nan')
 
 # %% ../nbs/06_metrics.ipynb #ceac764d
-def _disk(r) -> np.ndarray:
-    "uint8 structuring element of the pixels within Euclidean distance `r` of the centre."
-    R = int(math.floor(r))
-    yy, xx = np.ogrid[-R:R+1, -R:R+1]
-    return (yy*yy + xx*xx <= r*r).astype(np.uint8)
-
 def _band(m, width, border) -> np.ndarray:
     "Inner band of uint8 0/1 mask `m`: `m` minus its erosion by a (2*width+1) square."
     if width >= max(m.shape):                   # the square covers the whole mask from any pixel (and leaves the image)
@@ -116,10 +109,6 @@ def _band(m, width, border) -> np.ndarray:
     k = cv2.getStructuringElement(cv2.MORPH_RECT, (2*width+1, 2*width+1))
     er = cv2.erode(m, k, borderType=cv2.BORDER_CONSTANT, borderValue=0) if border else cv2.erode(m, k)  # default border: no erosion
     return m > er
-
-def _edges4(g) -> np.ndarray:
-    "Pixels of label map `g` that have a 4-neighbour with a different label (both sides of every change): the band's edge pixels."
-    return _edges_t(torch.from_numpy(g if min(g.strides, default=0) >= 0 else g.copy())).numpy()   # torch takes no negative strides
 
 def _bbox(m):
     "Slices of the bounding box of bool mask `m`, grown by one pixel and clipped to the image."
@@ -157,21 +146,17 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
                 if n_p == 0 or n_g == 0: f = float(n_p == n_g and pc.any() and gc.any())  # both contour-free: same region?
                 elif r >= _reach(*pc.shape): f = 1.                                      # every contour pixel within reach
                 else:
-                    if disk is None: disk = _disk(r)
+                    if disk is None: disk = _disk_of(r)
                     prec = np.count_nonzero(bp & (cv2.dilate(bg.view(np.uint8), disk) > 0)) / n_p
                     rec = np.count_nonzero(bg & (cv2.dilate(bp.view(np.uint8), disk) > 0)) / n_g
                     f = 2*prec*rec / (prec + rec) if prec + rec > 0 else 0.
                 bf[0, c] += f; bf[1, c] += 1
     if len(widths):
-        tm = out['trimap'] = np.zeros((len(widths), n, n), np.int64)
-        e = _edges4(g)
-        if e.any():
-            dist = cv2.distanceTransform((~e).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)  # exact Euclidean
-            ws = np.sort(np.asarray(widths, np.float64))
-            k = np.searchsorted(ws, dist.ravel(), side='left')      # k <= i  <=>  dist <= ws[i]: one pass for all widths
-            ok = (k < len(ws)) & (idx < n*n)
-            cnt = np.bincount(k[ok]*(n*n) + idx[ok], minlength=len(ws)*n*n).reshape(len(ws), n, n).cumsum(0)
-            tm[:] = cnt[np.searchsorted(ws, np.asarray(widths, np.float64))]
+        e, ws = _edges_t(g), sorted(set(widths))                   # the band of each width from one edge map
+        k = np.zeros(g.size, np.int64)                              # per pixel: how many (nested) bands miss it, so
+        for wd in ws: k += ~_dilate_t(e, wd).ravel()                # the pixel is in the band of ws[i] iff k <= i
+        cnt = np.bincount(k*(n*n + 1) + idx, minlength=(len(ws) + 1)*(n*n + 1)).reshape(-1, n*n + 1)[:-1, :n*n].cumsum(0)
+        out['trimap'] = cnt[[ws.index(wd) for wd in widths]].reshape(len(widths), n, n)   # void: idx's extra bin
     return out
 
 def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **kw) -> dict:
@@ -236,12 +221,7 @@ def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray
     if g.ndim != 2: raise ValueError(f"gt must be one (H,W) label map, got shape {tuple(g.shape)}.")
     width = as_float(width, 'width', lo=0, hint=' It is the distance in pixels from a ground-truth boundary.')
     if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
-    g = g.astype(np.int64)
-    valid = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
-    if ignore_index is not None: g[~valid] = -1
-    e = _edges4(g)
-    if not e.any(): return np.zeros(g.shape, bool)
-    return (cv2.distanceTransform((~e).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE) <= width) & valid
+    return _band_t(g.astype(np.int64), width, ignore_index)
 
 # %% ../nbs/06_metrics.ipynb #dcd6070d
 def trimap_iou(preds, gts, n_classes: int, width, ignore_index: int | None = None, per_class: bool = False):

@@ -62,7 +62,7 @@ class Prototypes:
                  vectors: torch.Tensor,    # (L, C) float: the mean band embedding of each class (rows of missing classes are ignored)
                  counts: torch.Tensor,     # (L,) int: band pixels averaged into each vector; 0 marks a missing class
                  names: list|None = None,  # class names (strings), when known
-                 radius: int = 3,          # band radius used during extraction
+                 train_radius: int = 3,    # radius of the ground-truth band the vectors were averaged over
                  mean: tuple|None = None,  # per-channel image mean (0..1 scale) the embedder expects, for raw images
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
                  ignore_index: int|None = None):
@@ -77,7 +77,7 @@ class Prototypes:
                              "Check its weights and inputs, then extract the prototypes again.")
         self.vectors = torch.where(present[:, None], vectors, torch.zeros_like(vectors))
         self.counts, self.names = counts, _class_names(names, vectors.shape[0])
-        self.radius = as_int(radius, 'radius', lo=0)
+        self.train_radius = as_int(train_radius, 'train_radius', lo=0)
         self.mean, self.std = _norm_pair(mean, std)
         self.ignore_index = None if ignore_index is None else as_int(ignore_index, 'ignore_index')
 
@@ -92,17 +92,17 @@ class Prototypes:
 
     def to(self, device):
         "A copy whose vectors live on `device`."
-        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names, self.radius, self.mean, self.std, self.ignore_index)
+        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names, self.train_radius, self.mean, self.std, self.ignore_index)
         return res
 
     def __repr__(self):
         miss = f", missing={self.missing}" if self.missing else ""
-        return f"Prototypes(classes={self.n_classes}, emb_dim={self.emb_dim}, radius={self.radius}{miss})"
+        return f"Prototypes(classes={self.n_classes}, emb_dim={self.emb_dim}, train_radius={self.train_radius}{miss})"
 
 # %% ../nbs/04_prototypes.ipynb #5459c766
 def _proto_state(p: Prototypes) -> dict:
     return dict(format=PROTOTYPES_FORMAT, version=PROTOTYPES_VERSION, vectors=p.vectors.detach().cpu(), counts=p.counts.detach().cpu(),
-                names=p.names, radius=p.radius, mean=list(p.mean) if p.mean else None, std=list(p.std) if p.std else None,
+                names=p.names, train_radius=p.train_radius, mean=list(p.mean) if p.mean else None, std=list(p.std) if p.std else None,
                 ignore_index=p.ignore_index)
 
 def _proto_from_state(d, path='<state>') -> Prototypes:
@@ -116,7 +116,7 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     names = d.get('names')
     if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
     try:
-        return Prototypes(d['vectors'], d['counts'], names, d.get('radius', 3), d.get('mean'), d.get('std'), d.get('ignore_index'))
+        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', 3)), d.get('mean'), d.get('std'), d.get('ignore_index'))
     except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
 
@@ -142,7 +142,7 @@ def _split_batch(b):
 def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner, or any module (B,3,H,W) -> (B,C,h,w)
                        data,                      # fastai DataLoader or iterable of (images, masks[, band]) batches
                        n_classes: int,            # number of classes L (labels 0..L-1, besides ignore_index)
-                       radius: int = 3,           # band radius in pixels
+                       train_radius: int = 3,     # radius in pixels of the band around each ground-truth boundary
                        ignore_index: int|None = None, # void label: never counted
                        names: list|None = None,   # class names (taken from `data.vocab` when available)
                        mean=None, std=None,       # image normalisation to record (read from `data`'s Normalize when None)
@@ -150,7 +150,7 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
                       ) -> Prototypes:
     "Mean band embedding of each class over `data`, streaming per-class sums and counts."
     n_classes = as_int(n_classes, 'n_classes', lo=1, hint=' It is the number of classes L (labels 0..L-1).')
-    radius = as_int(radius, 'radius', lo=0)
+    train_radius = as_int(train_radius, 'train_radius', lo=0)
     if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
     names = _class_names(names, n_classes)                  # checked before the work, like the statistics
     if mean is None and std is None: mean, std = _norm_stats(data)
@@ -171,7 +171,7 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
                 raise ValueError(f"Mask value {int(masks[bad][0])} is not a class of 0..{n_classes-1}"
                                  + ('' if ignore_index is None else f" nor the ignore index {ignore_index}")
                                  + ": pass the right n_classes, or ignore_index for void pixels.")
-            band = batch_band(masks, radius, ignore_index)
+            band = batch_band(masks, train_radius, ignore_index)
             emb = _embedding(model(imgs.float()), f' for batch {i}')
             feats, bi, y, x = band_features(emb, band)
             if not torch.isfinite(feats).all():
@@ -193,4 +193,4 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
     if names is None:                                       # the data's vocab, when it names exactly the classes
         vocab = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
         names = [str(o) for o in vocab] if vocab is not None and len(vocab) == n_classes else None
-    return Prototypes(vectors.cpu(), counts.cpu(), names, radius, mean, std, ignore_index)
+    return Prototypes(vectors.cpu(), counts.cpu(), names, train_radius, mean, std, ignore_index)

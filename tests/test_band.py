@@ -149,6 +149,32 @@ def test_disk():
         y, x = np.mgrid[-r:r+1, -r:r+1]
         np.testing.assert_array_equal(disk(r), (x*x + y*y <= r*r).astype(np.uint8))
 
+def test_disk_of_fractional():
+    "One disk for any real radius: offsets within Euclidean distance r; whole radii give `disk`; the rectangles rebuild it."
+    from brefine.band import _disk_of, _disk_rects
+    for r in [0, 0.2, 0.5, 1, 1.5, math.sqrt(2), 2, 2.5, 3.7, math.sqrt(50), 9, 9.99]:
+        R = math.floor(r)
+        y, x = np.mgrid[-R:R+1, -R:R+1]
+        np.testing.assert_array_equal(_disk_of(r), (x*x + y*y <= r*r).astype(np.uint8))
+        k = np.zeros((2*R+1, 2*R+1), np.uint8)
+        for h, w in _disk_rects(r): k[R-h:R+h+1, R-w:R+w+1] = 1
+        np.testing.assert_array_equal(k, _disk_of(r))
+        if r == int(r): np.testing.assert_array_equal(_disk_of(r), disk(int(r)))
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrays(np.int64, st.tuples(st.integers(1, 30), st.integers(1, 30)), elements=st.integers(-2, 3)),
+       st.sampled_from([0, 0.5, 1, 1.5, 2, 2.5, 3.2, 5, 100]), st.sampled_from([None, 0]))
+def test_band_any_radius_is_the_distance_definition(lab, r, ig):
+    "_band_t (numpy or torch, cv2 or max-pooling) is the pixels within Euclidean distance r of an edge pixel, never void."
+    from brefine.band import _band_t, _dilate_t, _edges_t
+    e = _edges_t(lab)
+    want = (cv2.distanceTransform((~e).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE) <= r) & e.any()
+    if ig is not None: want &= lab != ig
+    np.testing.assert_array_equal(_band_t(lab, r, ig), want)
+    np.testing.assert_array_equal(_band_t(torch.from_numpy(lab), r, ig).numpy(), want)
+    np.testing.assert_array_equal(_dilate_t(torch.from_numpy(e), r, use_cv2=False).numpy(), _dilate_t(e, r))
+    if r == int(r): np.testing.assert_array_equal(batch_band(lab, int(r), ig), want)
+
 @pytest.mark.parametrize('f', [near_boundary_mask, batch_band])
 def test_bad_input(f):
     lab = torch.zeros(4, 5, dtype=torch.long)

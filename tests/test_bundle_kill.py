@@ -10,7 +10,7 @@ from brefine.inference import Refiner
 def refiners():
     torch.manual_seed(0)
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
-    protos = Prototypes(torch.randn(4, 8), torch.ones(4, dtype=torch.long), radius=2)
+    protos = Prototypes(torch.randn(4, 8), torch.ones(4, dtype=torch.long), train_radius=2)
     return Refiner(net, protos, top_n=2), Refiner(net, protos, top_n=3)
 
 def _save_and_die_at(k: int, refiner, path):

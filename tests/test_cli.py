@@ -102,7 +102,7 @@ def small(tmp_path_factory):
     d = tmp_path_factory.mktemp('small')
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
     for name, m in (('bundle', 4), ('bundle300', 300)):
-        Refiner(net, Prototypes(torch.randn(m, 8), torch.full((m,), 9), radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)).save(d/name)
+        Refiner(net, Prototypes(torch.randn(m, 8), torch.full((m,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)).save(d/name)
     (d/'img').mkdir(); (d/'sc').mkdir()
     rng = np.random.default_rng(0)
     for n in 'ab':

@@ -22,7 +22,7 @@ def _worker(rank, world, port, out, empty_rank=None):
     shard = [(imgs[i:i+2], masks[i:i+2]) for i in range(rank * 2, 8, world * 2)]   # each process sees its own batches
     if empty_rank is not None:                                                       # one process gets nothing, another all
         shard = [] if rank == empty_rank else [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)]
-    pr = extract_prototypes(_embedder(), shard, 4, radius=2, progress=False)
+    pr = extract_prototypes(_embedder(), shard, 4, train_radius=2, progress=False)
     if rank == 0: torch.save({'vectors': pr.vectors, 'counts': pr.counts}, out)
     dist.destroy_process_group()
 
@@ -36,14 +36,14 @@ def test_two_process_prototypes_equal_one_process(tmp_path, empty_rank):
     mp.spawn(_worker, args=(2, _free_port(), str(out), empty_rank), nprocs=2, join=True)
     two = torch.load(out, weights_only=True)
     imgs, masks = _data()
-    one = extract_prototypes(_embedder(), [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)], 4, radius=2, progress=False)
+    one = extract_prototypes(_embedder(), [(imgs[i:i+2], masks[i:i+2]) for i in range(0, 8, 2)], 4, train_radius=2, progress=False)
     assert torch.equal(two['counts'], one.counts)
     torch.testing.assert_close(two['vectors'], one.vectors, rtol=1e-5, atol=1e-6)
 
 # --- the command line under torchrun (2 CPU processes, gloo) ---------------------------------------------------------
 import subprocess, sys, warnings
 from pathlib import Path
-from brefine.cli import load_checkpoint
+from brefine.training import load_checkpoint
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 from brefine.prototypes import Prototypes

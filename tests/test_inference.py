@@ -74,7 +74,7 @@ def test_shifted_boundary_is_restored_with_colour_embedder():
     colours = torch.tensor([[1., 0, 0], [0, 1., 0], [0, 0, 1.], [1., 1., 0]])
     gt = torch.zeros(H, W, dtype=torch.long); gt[:, 20:] = 1; gt[12:36, 36:56] = 2; gt[30:, :12] = 3
     img = colours[gt].permute(2, 0, 1)
-    protos = extract_prototypes(Colour(), [(img[None], gt[None])], 4, radius=3, progress=False)
+    protos = extract_prototypes(Colour(), [(img[None], gt[None])], 4, train_radius=3, progress=False)
     for k in (1, 2, 3):
         shifted = torch.roll(gt, shifts=(k, k), dims=(0, 1))
         probs = F.one_hot(shifted, 4).permute(2, 0, 1).float() * 0.5 + 0.125

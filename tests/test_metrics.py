@@ -194,6 +194,47 @@ def test_trimap_distance_transform_equals_disk_dilation(g, width):
     np.testing.assert_array_equal(trimap_mask(g, width), cv2.dilate(e.astype(np.uint8), disk) > 0)
 
 
+def dt_trimap(g, width, ignore=None):
+    "The trimap by its former definition: non-void pixels within Euclidean distance `width` of a 4-neighbour edge, by an exact distance transform."
+    g = np.asarray(g, np.int64).copy()
+    valid = np.ones(g.shape, bool) if ignore is None else g != ignore
+    if ignore is not None: g[~valid] = -1
+    e = ref_edges(g)
+    if not e.any(): return np.zeros(g.shape, bool)
+    return (cv2.distanceTransform((~e).view(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE) <= width) & valid
+
+WIDTHS = [0, 0.3, 0.5, 1, 1.2, 1.5, 2, 2.5, 2.9, 3, 3.7, 5, 6.25, 8, 1e9]   # not float-close to a sqrt(k), where float32 distances decide
+
+@FAST
+@given(arrays(np.uint8, st.tuples(st.integers(1, 40), st.integers(1, 40)), elements=st.integers(0, 4)),
+       st.lists(st.sampled_from(WIDTHS), min_size=1, max_size=4), st.sampled_from([None, 0, 4]))
+def test_trimap_band_equals_distance_transform(g, widths, ig):
+    "trimap_mask (the band of brefine.band: edges dilated by a disk) equals the distance-transform definition, fractional widths included."
+    for w in widths: np.testing.assert_array_equal(trimap_mask(g, w, ignore_index=ig), dt_trimap(g, w, ig))
+
+@FAST
+@given(label_data(max_side=14), st.lists(st.sampled_from(WIDTHS + [math.sqrt(5), math.sqrt(13)]), min_size=1, max_size=5))
+def test_trimap_iou_counts_the_trimap_mask(data, widths):
+    "Several widths at once (one edge map, one count) score exactly the pixels of trimap_mask for each width (both: dy²+dx² <= width²)."
+    p, g, n, ig = data
+    many = trimap_iou(p, g, n, widths, ignore_index=ig, per_class=True)
+    for w in widths:
+        band = np.stack([trimap_mask(gi, w, ignore_index=ig) for gi in g])
+        m, per = (mean_iou(p[band][None], g[band][None], n, ignore_index=ig, per_class=True) if band.any()
+                  else (float('nan'), np.full(n, np.nan)))     # (1, N) maps of the band pixels of all images
+        np.testing.assert_array_equal(many[w][1], per); np.testing.assert_array_equal(many[w][0], m)
+
+def test_trimap_random_maps_fractional_widths():
+    "Random label maps (noise and blocky), several radii including fractional ones: the band path equals the distance transform."
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        h, w = (int(v) for v in rng.integers(1, 60, 2))
+        g = rng.integers(0, 1 + i % 6, (h, w))
+        if i % 2: g = cv2.resize(g[:max(1, h//6), :max(1, w//6)].astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST)
+        ig = None if i % 3 else int(g.flat[0])
+        for width in (0, 0.5, 1, 1.5, 2, 2.5, math.sqrt(8), 3.3, 4, 7.5, 20):
+            np.testing.assert_array_equal(trimap_mask(g, width, ignore_index=ig), dt_trimap(g, width, ig))
+
 @FAST
 @given(label_data(max_side=12), st.lists(st.sampled_from([0, 1, 1.5, 2, 3, 5, 8]), min_size=1, max_size=5))
 def test_trimap_many_widths_equal_one_at_a_time(data, widths):
@@ -437,9 +478,9 @@ def test_huge_settings_are_fast():
 @given(arrays(np.int64, st.tuples(st.integers(1, 12), st.integers(1, 12)), elements=st.integers(-3, 3)))
 def test_metric_edges_are_the_band_edges(g):
     "The metrics' edge pixels (trimap) are those of brefine.band, and of the definition."
-    from brefine.metrics import _edges4
-    from brefine.band import near_boundary_mask
-    np.testing.assert_array_equal(_edges4(g), ref_edges(g))
+    from brefine.band import _edges_t, near_boundary_mask
+    np.testing.assert_array_equal(_edges_t(g), ref_edges(g))
+    np.testing.assert_array_equal(_edges_t(g[::-1, ::-1].astype(np.int32)), ref_edges(g[::-1, ::-1]))
     np.testing.assert_array_equal(trimap_mask(g, 0), near_boundary_mask(g, 0))
 
 def ref_edges(g):

@@ -2,7 +2,7 @@
 import os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
-from brefine.cli import load_checkpoint
+from brefine.training import load_checkpoint
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 

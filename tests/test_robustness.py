@@ -3,7 +3,7 @@ import os, json, signal, subprocess, sys, time, textwrap
 from pathlib import Path
 import pytest, torch
 from brefine import Prototypes, Refiner, EmbeddingNet
-from brefine.cli import load_checkpoint
+from brefine.training import load_checkpoint
 
 class Evil:
     def __init__(self, marker): self.marker = marker

@@ -26,7 +26,7 @@ def world(tmp_path_factory):
     "A bundle, a checkpoint, prototypes, two images with scores, a tiny data folder, and malicious files of each kind."
     d = tmp_path_factory.mktemp('untrusted')
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
-    protos = Prototypes(torch.randn(4, 8), torch.full((4,), 9), radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)
+    protos = Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)
     Refiner(net, protos).save(d/'bundle')
     atomic_save(dict(embedder_state(net), epoch=1, n_epochs=1, meta={}), d/'emb.pt')
     protos.save(d/'protos.pt')

@@ -166,7 +166,7 @@ def read_notebook(path):
 
 def page_name(nb_rel: Path) -> Path:
     "Quarto's page for a notebook: the number prefix dropped, `.html` (`05_inference.ipynb` -> `inference.html`)."
-    return nb_rel.with_name(re.sub(r'^\d+_', '', nb_rel.stem) + '.html')
+    return nb_rel.with_name(re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb_rel.stem) + '.html')   # as nbdev's _nbpath2html: 03a_training -> training
 
 def _frontmatter(nb) -> dict:
     import yaml
