@@ -59,6 +59,8 @@ def _check_prepared(x: torch.Tensor) -> torch.Tensor:
                                   "divide by 255 and normalise with the prototypes' mean and std.")
     return x
 
+
+# %% ../nbs/05_inference.ipynb #99a7aa9e
 def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
     if hasattr(img, 'getbands'):                       # a PIL image
@@ -371,6 +373,8 @@ def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple
         return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
     return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
 
+
+# %% ../nbs/05_inference.ipynb #db4fda89
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
                    probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
