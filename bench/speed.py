@@ -15,7 +15,8 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
 
 Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
-light one bench/benchmark.py trains). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
+light one bench/benchmark.py trains); `shared`, a SharedEmbeddingNet head of the same sizes on the base model's own
+features, captured by the base forward that gives the scores (brefine adds the head and the post-processing). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
 closures over models built there, `post(emb)` being the post-processing; each path gives a row per size with the same
 fields, so another way of computing the embedding is one more such function in PATHS.
 
@@ -27,7 +28,7 @@ copied aside) in the same process, interleaved with the current one; `--profile`
 goes, function by function (cProfile), for the current version and with --before for that copy. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
         [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5]   (defaults: the settings calibrated on CamVid val)
-        [--paths separate] [--before /tmp/orig_inference.py] [--profile] [--record]
+        [--paths separate shared] [--before /tmp/orig_inference.py] [--profile] [--record]
 """
 import argparse, importlib.util, json, os, sys, time
 from pathlib import Path
@@ -68,7 +69,22 @@ def separate(H, W, a, post) -> dict:
     with torch.inference_mode(): emb = emb_net(prep())          # the embedding the post-processing alone works on
     return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb)
 
-PATHS = {'separate': separate}
+def shared(H, W, a, post) -> dict:
+    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet`); the base forward that gives the scores also gives the head's input, so brefine adds the head and the post-processing."
+    import torch, numpy as np
+    from benchmark import base_model
+    from brefine.shared_backbone import SharedEmbeddingNet
+    from brefine.inference import prepare_image
+    base = base_model(n_classes=11, pretrained=False).eval()
+    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
+    img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
+    prep, size = lambda: prepare_image(img, a.mean, a.std)[0], (-(-H // 4), -(-W // 4))
+    with torch.inference_mode():
+        _, low, high = net._features(prep(), whole=True)       # what the base forward's hooks capture
+        emb = net.head(low, high, size)
+    return dict(base=lambda: base(prep()), refine=lambda: post(net.head(low, high, size)), post=lambda: post(emb), emb=emb)
+
+PATHS = {'separate': separate, 'shared': shared}
 
 def stages(path: str, H, W, a) -> dict:
     "The closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing."
