@@ -4,12 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.brefine-installed
-# torch 2.14.1 + torchvision 0.29.1 are served from local disk on our machines (other versions download GBs)
+# the pinned torch and torchvision (their CUDA build, which also runs on CPU)
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
 # the real data sets (CamVid, Stanford Background) that notebooks and benchmarks read in place, when present
 export BREFINE_DATA ?= $(abspath $(CURDIR)/../shared/data)
+# ImageNet weight files (e.g. torchvision's mobilenet_v2-b0353104.pth) that `make install` puts where torchvision's weights API
+# finds them offline (torch.hub.get_dir()/checkpoints), when this folder exists; files already there are left alone
+export BREFINE_WEIGHTS ?= $(abspath $(CURDIR)/../shared/weights)
 
 .PHONY: disk-check install test check-sync nbtest pytest readme check-readme demo docs bench clean-venv export
 
@@ -31,6 +34,10 @@ $(STAMP): $(BIN)/python settings.ini setup.py
 	touch $(STAMP)
 
 install: $(STAMP)
+	@if [ -d "$(BREFINE_WEIGHTS)" ]; then \
+	  hub=$$($(BIN)/python -c 'import torch; print(torch.hub.get_dir())')/checkpoints; mkdir -p "$$hub"; \
+	  for f in "$(BREFINE_WEIGHTS)"/*.pth; do [ -e "$$f" ] && [ ! -e "$$hub/$${f##*/}" ] || continue; \
+	    cp "$$f" "$$hub/.$${f##*/}.tmp" && mv "$$hub/.$${f##*/}.tmp" "$$hub/$${f##*/}" && echo "$${f##*/} -> $$hub"; done; fi
 
 ## (a) brefine/ is what nbdev_export writes from nbs/, notebooks are clean, README is fresh
 check-sync: install

@@ -370,7 +370,7 @@ def run(args, argv, dest):
             with torch.inference_mode():                 # refine_predict in its two parts, each from the raw image
                 t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std)
                 if args.embedder == 'shared':            # the head on the features of the base forward above (timed as the base's)
-                    _, low, high = embedder._features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedder_size(x))
+                    _, low, high = embedder.features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedder_size(x))
                 else: emb = embedder(x)
                 t1 = time.perf_counter()
                 out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings)[0]).astype(np.uint8)

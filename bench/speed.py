@@ -80,7 +80,7 @@ def shared(H, W, a, post) -> dict:
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep, size = lambda: prepare_image(img, a.mean, a.std)[0], (-(-H // 4), -(-W // 4))
     with torch.inference_mode():
-        _, low, high = net._features(prep(), whole=True)       # what the base forward's hooks capture
+        _, low, high = net.features(prep(), whole=True)       # what the base forward's hooks capture
         emb = net.head(low, high, size)
     return dict(base=lambda: base(prep()), refine=lambda: post(net.head(low, high, size)), post=lambda: post(emb), emb=emb)
 

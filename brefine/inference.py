@@ -19,7 +19,7 @@ from .core import atomic_write, to_numpy, as_int, as_float, _model_of, _device_o
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
-from .shared_backbone import embed_with_base
+from .shared_backbone import reads_base, embed_with_base
 
 # %% auto #0
 __all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings', 'relabel',
@@ -322,21 +322,15 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
     return lin, cand, allowed, cand.gather(0, j.long()[None])[0]
 
 # %% ../nbs/05_inference.ipynb #5cfbf161
-def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
-            probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
-            prototypes: Prototypes,    # M prototypes of dimension C
-            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
-            chunk: int = 1 << 16,      # band pixels per step (bounds memory)
-            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote)
-    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
-    B, M, H, W = probs.shape
-    _check_protos(prototypes, M, emb.shape[1])
-    s, chunk = _settings(settings, kwargs).for_classes(M), as_int(chunk, 'chunk', 1)
-    base, top1 = _arg_max(probs)                                          # the base answer, as small ints, and its score
+_CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
+
+def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> torch.Tensor:
+    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
+    (base, top1, is_p), (B, M, H, W) = answer, probs.shape
     if s.top_n == 1: return base.long()
-    is_p = _looks_like_probs(probs)
-    lin, out, done = _band_pixels(base, top1, is_p, s), base.view(-1), []
+    lin = _band_pixels(base, top1, is_p, s)
     if len(lin) == 0: return base.long()
+    base = base.clone(); out, done = base.view(-1), []                   # the base answer stays as it is for the next setting
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
@@ -350,11 +344,26 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     return base.long()
 
-# %% ../nbs/05_inference.ipynb #3742569e
-def _shares_backbone(model, base) -> bool:
-    "Whether the embedder `model` reads the features of the base model `base` (a `SharedEmbeddingNet` built on it)."
-    return isinstance(base, nn.Module) and getattr(model, 'kind', None) == 'shared' and getattr(model, 'base', None) is _model_of(base)
 
+# %% ../nbs/05_inference.ipynb #8a544aee
+def _base_answer(probs: torch.Tensor) -> tuple:
+    "What every setting reads of the base scores (B,M,H,W): (the arg-max as small ints, its score, whether they are probabilities)."
+    base, top1 = _arg_max(probs)
+    return base, top1, _looks_like_probs(probs)
+
+def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
+            probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
+            prototypes: Prototypes,    # M prototypes of dimension C
+            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
+            chunk: int = _CHUNK,       # band pixels per step (bounds memory)
+            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote)
+    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
+    _check_protos(prototypes, probs.shape[1], emb.shape[1])
+    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), as_int(chunk, 'chunk', 1)
+    return _relabel(emb, probs, _base_answer(probs), prototypes, s, chunk)
+
+
+# %% ../nbs/05_inference.ipynb #3742569e
 def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
     "The embeddings `emb`, refused when they are not finite."
     if not torch.isfinite(emb.sum()):
@@ -368,7 +377,7 @@ def _embed(model, x: torch.Tensor) -> torch.Tensor:
 
 def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple:
     "The base scores (B,M,H,W) and the embeddings of the prepared images `x`: one base forward for both when `model` reads the base model `probs`' features."
-    if _shares_backbone(model, probs):
+    if reads_base(model, probs):
         logits, emb = embed_with_base(model, probs, x)
         return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
     return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
@@ -447,8 +456,10 @@ def calibrate(embedder,                       # the embedder (or Learner)
     if isinstance(model, nn.Module): model.eval()
     cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress)
     n = prototypes.n_classes
+    for e, p in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
+    cache = [(e, p, _base_answer(p)) for e, p in cache]                  # once per image, not once per setting
     def score(s: RefineSettings) -> dict:
-        preds = [to_numpy(relabel(e, p, prototypes, s)[0]) for e, p in cache]
+        preds = [to_numpy(_relabel(e, p, a, prototypes, s.for_classes(n))[0]) for e, p, a in cache]
         return dict(asdict(s), boundary_f1=boundary_f1(preds, gts_, n, tolerance=tolerance, ignore_index=ignore_index),
                     miou=mean_iou(preds, gts_, n, ignore_index=ignore_index))
     with torch.inference_mode():

@@ -14,7 +14,7 @@ from .core import _model_of
 from .learner import EmbeddingHead, _check_dims, _check_images
 
 # %% auto #0
-__all__ = ['feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'embed_with_base']
+__all__ = ['feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -127,8 +127,8 @@ class SharedEmbeddingNet(nn.Module):
 
 # %% ../nbs/03b_shared_backbone.ipynb #3816bbba
 @patch
-def _features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> tuple:
-    "(the base's output, or None unless `whole`; the low feature; the deep feature) from one forward of the base model on `x`."
+def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> tuple:
+    "(the base's output, or None unless `whole`; the low feature; the deep feature): the head's input, from one forward of the base model on `x`."
     inputs = {k: m for k, m in self._hooked.items() if k == 'entry'}
     out, got = _capture(self.base, x, {k: m for k, m in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
     missing = [k for k in self._hooked if k not in got]
@@ -139,14 +139,14 @@ def _features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) ->
 def forward(self: SharedEmbeddingNet, x: torch.Tensor) -> torch.Tensor:
     "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features."
     _check_images(x, self.training, 'SharedEmbeddingNet')
-    _, low, high = self._features(x)
+    _, low, high = self.features(x)
     return self.head(low, high, (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4)))
 
 @patch
 def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
     "(the base model's output for `x`, as the base returns it; the embeddings), from one forward of the base model."
     _check_images(x, self.training, 'SharedEmbeddingNet')
-    out, low, high = self._features(x, whole=True)
+    out, low, high = self.features(x, whole=True)
     return out, self.head(low, high, (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4)))
 
 # %% ../nbs/03b_shared_backbone.ipynb #469bdc42
@@ -200,9 +200,14 @@ def _logits(out) -> torch.Tensor:
     if not isinstance(out, torch.Tensor): raise TypeError(f"the base model returned a {type(out).__name__}: expected a tensor (B,M,H,W) or a dict with 'out'.")
     return out
 
+def reads_base(embedder, base) -> bool:
+    "Whether `embedder` (a module or a Learner) is a `SharedEmbeddingNet` that reads the features of the model `base` (a module or a Learner)."
+    net, base = _model_of(embedder), _model_of(base)
+    return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
+
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
-    "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`: one base forward when `embedder` is a `SharedEmbeddingNet` on `base`."
+    "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`: one base forward when `reads_base(embedder, base)`."
     net = _model_of(embedder)
-    if getattr(net, 'base', None) is _model_of(base) and hasattr(net, 'forward_with_base'): out, emb = net.forward_with_base(x)
-    else: out, emb = base(x), net(x)
+    if reads_base(net, base): out, emb = net.forward_with_base(x)
+    else: out, emb = _model_of(base)(x), net(x)
     return _logits(out), emb
