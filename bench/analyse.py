@@ -11,7 +11,8 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
 - `choice`: band pixels (radius `--radius` around the base's arg-max, void excluded) whose true class is among the base's
   top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
   often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
-  cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall.
+  cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall. With
+  `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings).
 - `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores.
@@ -61,6 +62,7 @@ def parse_args(argv=None):
     c = mk('choice')
     c.add_argument('--radius', type=int, default=4, help='band radius'); c.add_argument('--every', type=int, default=4, help='every N-th image')
     c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
+    c.add_argument('--modes', type=int, default=0, help='also: K prototypes per class (k-means of its training band embeddings), the nearest of them')
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
@@ -124,8 +126,9 @@ def choice(a, ds, fs):
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = (0.3, 1, 3)
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in alphas]
+    if a.modes: M = class_modes(net, ds, a.modes); rules += [f'{a.modes} modes'] + [f'{a.modes} modes alpha={x}' for x in alphas]
     right, total, band_px = dict.fromkeys(rules, 0), 0, 0
-    per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean')}
+    per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ())}
     with torch.inference_mode():
         for f in fs:
             img, gt = ds.read(f)
@@ -142,6 +145,10 @@ def choice(a, ds, fs):
             pick = lambda d: cand.gather(1, d.gather(1, cand).argmin(1, keepdim=True))[:, 0]
             picks = {'base': cand[:, 0], 'euclidean': pick(d_e), 'cosine': pick(d_c)}
             for x_ in alphas: picks[f'euclidean alpha={x_}'] = pick(d_e - x_ * lp); picks[f'cosine alpha={x_}'] = pick(d_c - x_ * lp)
+            if a.modes:
+                d_m = (torch.cdist(fe, M.flatten(0, 1)) ** 2).view(len(fe), n, a.modes).amin(2)   # the nearest mode of each class
+                picks[f'{a.modes} modes'] = pick(d_m)
+                for x_ in alphas: picks[f'{a.modes} modes alpha={x_}'] = pick(d_m - x_ * lp)
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
@@ -152,6 +159,33 @@ def choice(a, ds, fs):
     for k, t in per.items():
         r = t[:, 0] / t[:, 1].clamp_min(1)
         print(f'  per-class recall, {k}:', {ds.codes[i]: round(r[i].item(), 2) for i in range(n) if t[i, 1] > 0})
+
+def class_modes(net, ds, k: int, radius: int = 3, per_image: int = 2000, seed: int = 0):
+    "(n_classes, k, C): k-means (k per class, 25 Lloyd steps) of embeddings at the training images' label-map band (as `extract_prototypes` reads them), `per_image` pixels per class and image."
+    import numpy as np, torch
+    from brefine.band import batch_band
+    from brefine.learner import sample_features
+    from brefine.inference import prepare_image
+    g, feats = torch.Generator().manual_seed(seed), [[] for _ in range(ds.n_classes)]
+    with torch.inference_mode():
+        for f in ds.files('train'):
+            img, gt = ds.read(f)
+            lab = torch.from_numpy(gt.astype(np.int64))
+            y, x = (batch_band(lab[None], radius, ds.void)[0] & torch.from_numpy(void_mask(ds, gt))).nonzero(as_tuple=True)
+            fe, c = sample_features(net(prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]), torch.zeros_like(y), y, x, gt.shape), lab[y, x]
+            for i in c.unique().tolist():
+                j = (c == i).nonzero()[:, 0]; feats[i].append(fe[j[torch.randperm(len(j), generator=g)[:per_image]]])
+    modes = []
+    C = next(len(fs[0][0]) for fs in feats if fs)
+    for fs in feats:
+        if not fs: modes.append(torch.full((k, C), 1e3)); continue               # a class absent from training: never the nearest
+        x = torch.cat(fs); m = x[torch.randperm(len(x), generator=g)[:k]].clone()
+        for _ in range(25):
+            a = torch.cdist(x, m).argmin(1)
+            for j in range(len(m)):
+                if (a == j).any(): m[j] = x[a == j].mean(0)
+        modes.append(torch.cat([m, m[:1].expand(k - len(m), -1)]))       # fewer pixels than k: repeat a mode
+    return torch.stack(modes)
 
 # ------------------------------------------------------------------------------------------------------------- settings
 def settings(a, ds, fs):

@@ -11,7 +11,8 @@ One recipe for every data set (nothing is set by hand for one of them):
    embedder is instead a head on the base model's own features (`refine_learner(base=base_model, ...)`, a
    `SharedEmbeddingNet`: the same ASPP and fusion sizes, the base model frozen), so that one base forward serves both.
    Training length is a budget of pixels, not epochs per data set: the base model sees BASE_BUDGET_PX training pixels,
-   the embedder EMB_BUDGET_PX (8 and 32 epochs of CamVid's 367 images at 360x480); the epochs follow from the data.
+   the embedder EMB_BUDGET CamVid epochs (8 and 32 epochs of CamVid's 367 images at 360x480; --emb-budget sets the
+   embedder's); the epochs follow from the data.
    Training batches use full images when every training image has the same size, else images resized to the most
    common size (the DataBlock's `size`).
 3. settings chosen on the validation split: brefine with `Refiner.calibrate`'s default grid, DenseCRF's bilateral
@@ -49,8 +50,9 @@ DATA = Path(os.environ.get('BREFINE_DATA', REPO.parent/'shared/data'))   # where
 DATA_DIRS = {'camvid': 'camvid/CamVid', 'stanford': 'stanford_background'}   # each data set's folder in DATA
 WEIGHTS = REPO.parent/'shared/weights/mobilenet_v2-b0353104.pth'
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-BASE_BUDGET_PX = 8 * 367 * 360 * 480      # training pixels for the base model
-EMB_BUDGET_PX = 32 * 367 * 360 * 480      # training pixels for the embedder
+CAMVID_EPOCH_PX = 367 * 360 * 480        # the training pixels of one epoch of CamVid's training split
+BASE_BUDGET_PX = 8 * CAMVID_EPOCH_PX     # training pixels for the base model
+EMB_BUDGET = 32                          # the embedder's training pixels, in CamVid epochs (--emb-budget)
 EMBEDDERS = {'separate': dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48)),
              'shared': dict(emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48))}   # refine_learner's arguments
 CRF_GRID = dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))
@@ -88,6 +90,9 @@ def parse_args(argv=None):
     p.add_argument('--embedder', choices=sorted(EMBEDDERS), default='separate',
                    help="brefine's embedder: a MobileNetV2 of its own, started from the base model's backbone ('separate'), "
                         "or a head on the base model's own features ('shared')")
+    p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
+                   help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
+                        "a data set's epochs follow from its size")
     a = p.parse_args(argv)
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
@@ -128,9 +133,9 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     h, w = ds.train_size()
     return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
 
-def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate') -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/EMB_FILES[embedder].format(epochs(EMB_BUDGET_PX, ds, quick))
+    emb = Path(cache)/EMB_FILES[embedder].format(epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick))
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -197,10 +202,10 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
-def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate'):
+def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
-    f = cache_files(cache, ds, quick, embedder)
+    f = cache_files(cache, ds, quick, embedder, emb_budget)
     for k in ('base', 'refiner'):
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
     base = load_base(f['base'], ds.n_classes)
@@ -338,7 +343,7 @@ def run(args, argv, dest):
     def dls_fn():
         if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
         return dls['x']
-    base_ep, emb_ep = epochs(BASE_BUDGET_PX, ds, args.quick), epochs(EMB_BUDGET_PX, ds, args.quick)
+    base_ep, emb_ep = epochs(BASE_BUDGET_PX, ds, args.quick), epochs(args.emb_budget * CAMVID_EPOCH_PX, ds, args.quick)
     log(f'training size {ds.train_size()}, {len(ds.files("train"))} images: base {base_ep} epochs, embedder {emb_ep} epochs')
     with stage('base model (train or load)'): base = get_base(args, ds, dls_fn, base_ep)
     with stage('brefine embedder (train or load)'): embedder, emb_file = get_embedder(args, ds, dls_fn, base, emb_ep)
