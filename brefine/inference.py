@@ -326,7 +326,7 @@ _CHUNK = 1 << 16                                                          # band
 
 def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
-    (base, top1, is_p), (B, M, H, W) = answer, probs.shape
+    (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
     if s.top_n == 1: return base.long()
     lin = _band_pixels(base, top1, is_p, s)
     if len(lin) == 0: return base.long()
