@@ -117,15 +117,25 @@ def _disk_rects(r):
     ws = [min(R, math.isqrt(R2 - dy*dy)) for dy in range(R + 1)]
     return [(dy, ws[dy]) for dy in range(R + 1) if dy == R or ws[dy] > ws[dy + 1]]
 
+_RECTS_FROM = 8    # from this radius on, cv2.dilate by the disk's rectangles, one after another, beats cv2.dilate by the disk
+
+def _dilate_cv2(m: np.ndarray, r) -> np.ndarray:
+    "Bool (H,W) numpy `m` dilated by `_disk_of(r)` with OpenCV, 1 <= r: by the disk, or for r >= `_RECTS_FROM` by each of `_disk_rects(r)` (OpenCV dilates by a rectangle in two fast 1-D passes) and the union."
+    if r < _RECTS_FROM: return cv2.dilate(m.view(np.uint8), _disk_of(r)).view(bool)
+    out = None
+    for h, w in _disk_rects(r):
+        d = cv2.dilate(m.view(np.uint8), np.ones((2*h + 1, 2*w + 1), np.uint8))
+        out = d if out is None else np.bitwise_or(out, d, out=out)
+    return out.view(bool)
+
 def _dilate_t(e, r, use_cv2: bool|None = None):
-    "Bool (B,H,W) or (H,W) `e` (tensor, or numpy for numpy out) dilated by `_disk_of(r)`, any real r >= 0 (`e` itself when r < 1): cv2.dilate on the CPU (several times faster), exact max-pooling elsewhere."
+    "Bool (B,H,W) or (H,W) `e` (tensor, or numpy for numpy out) dilated by `_disk_of(r)`, any real r >= 0 (`e` itself when r < 1): OpenCV on the CPU (several times faster), exact max-pooling elsewhere."
     if isinstance(e, np.ndarray): return _dilate_t(_from_np(e), r, use_cv2).numpy()
     if r < 1 or not e.numel(): return e                     # the disk is the centre alone
     e3 = e if e.ndim == 3 else e[None]
     if r >= _reach(*e3.shape[1:]): out = e3.flatten(1).any(1)[:, None, None].expand_as(e3).clone()  # all or nothing
     elif (e.device.type == 'cpu') if use_cv2 is None else use_cv2:
-        k = _disk_of(r)
-        out = torch.from_numpy(np.stack([cv2.dilate(m.view(np.uint8), k).view(bool) for m in e3.numpy()]))
+        out = torch.from_numpy(np.stack([_dilate_cv2(m, r) for m in e3.numpy()]))
     else:
         x, out = e3[:, None].to(torch.float16 if e.is_cuda else torch.float32), None
         for h, w in _disk_rects(r):

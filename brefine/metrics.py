@@ -202,17 +202,30 @@ def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02, ignor
     return (_mean(res), res) if per_class else _mean(res)
 
 # %% ../nbs/06_metrics.ipynb #2578bf24
+def _tolerance(tolerance) -> float:
+    return as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
+
+def _bf_scores(bf, keep) -> tuple:
+    "(mean F over the scored (image, class) pairs, per-class F) from summed statistics `bf` = (sums of F, pair counts)."
+    (fsum, cnt), res = bf, np.full(len(keep), np.nan)
+    ok = (cnt > 0) & keep
+    res[ok] = fsum[ok] / cnt[ok]
+    return (float(fsum[keep].sum() / cnt[keep].sum()) if cnt[keep].sum() else float('nan')), res
+
 def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None, per_class: bool = False):
     "Boundary F-measure (DAVIS-style), mean over (image, class) pairs in which the class is present; `tolerance` in px, or a fraction of the diagonal when < 1."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
-    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
-    fsum, cnt = _stats(preds, gts, n_classes, ignore_index, tol=tolerance)['bf']
-    keep = _scored(n_classes, ignore_index)
-    res = np.full(n_classes, np.nan)
-    ok = (cnt > 0) & keep
-    res[ok] = fsum[ok] / cnt[ok]
-    m = float(fsum[keep].sum() / cnt[keep].sum()) if cnt[keep].sum() else float('nan')
+    bf = _stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance))['bf']
+    m, res = _bf_scores(bf, _scored(n_classes, ignore_index))
     return (m, res) if per_class else m
+
+
+# %% ../nbs/06_metrics.ipynb #0c1b76a8
+def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> tuple:
+    "(`boundary_f1`, `mean_iou`) of the same maps, from one pass over them."
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    s, keep = _stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)), _scored(n_classes, ignore_index)
+    return _bf_scores(s['bf'], keep)[0], _mean(_iou(s['cm'], keep))
 
 # %% ../nbs/06_metrics.ipynb #8dbe930e
 def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray:
