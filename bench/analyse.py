@@ -12,7 +12,9 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
   often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
   cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall. With
-  `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings).
+  `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
+  `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
+  mean squared distance per dimension of the class's training band embeddings to E_c.
 - `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores.
@@ -63,6 +65,7 @@ def parse_args(argv=None):
     c.add_argument('--radius', type=int, default=4, help='band radius'); c.add_argument('--every', type=int, default=4, help='every N-th image')
     c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
     c.add_argument('--modes', type=int, default=0, help='also: K prototypes per class (k-means of its training band embeddings), the nearest of them')
+    c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
@@ -127,8 +130,11 @@ def choice(a, ds, fs):
     alphas = (0.3, 1, 3)
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in alphas]
     if a.modes: M = class_modes(net, ds, a.modes); rules += [f'{a.modes} modes'] + [f'{a.modes} modes alpha={x}' for x in alphas]
+    if a.spread:
+        var = class_spread(net, ds, V); rules += ['gaussian'] + [f'gaussian alpha={x}' for x in alphas]
+        print('per-class spread (mean squared distance per dimension to the prototype):', {ds.codes[i]: round(v.item(), 4) for i, v in enumerate(var)})
     right, total, band_px = dict.fromkeys(rules, 0), 0, 0
-    per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ())}
+    per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
     with torch.inference_mode():
         for f in fs:
             img, gt = ds.read(f)
@@ -149,6 +155,10 @@ def choice(a, ds, fs):
                 d_m = (torch.cdist(fe, M.flatten(0, 1)) ** 2).view(len(fe), n, a.modes).amin(2)   # the nearest mode of each class
                 picks[f'{a.modes} modes'] = pick(d_m)
                 for x_ in alphas: picks[f'{a.modes} modes alpha={x_}'] = pick(d_m - x_ * lp)
+            if a.spread:                                                       # -2 log N(e; E_c, var_c I), up to a constant
+                d_g = d_e / var + fe.shape[1] * var.log()
+                picks['gaussian'] = pick(d_g)
+                for x_ in alphas: picks[f'gaussian alpha={x_}'] = pick(d_g - x_ * lp)
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
@@ -160,8 +170,8 @@ def choice(a, ds, fs):
         r = t[:, 0] / t[:, 1].clamp_min(1)
         print(f'  per-class recall, {k}:', {ds.codes[i]: round(r[i].item(), 2) for i in range(n) if t[i, 1] > 0})
 
-def class_modes(net, ds, k: int, radius: int = 3, per_image: int = 2000, seed: int = 0):
-    "(n_classes, k, C): k-means (k per class, 25 Lloyd steps) of embeddings at the training images' label-map band (as `extract_prototypes` reads them), `per_image` pixels per class and image."
+def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0) -> list:
+    "Per class, embeddings (K_c, C) at the training images' label-map band (as `extract_prototypes` reads them), at most `per_image` pixels per class and image; None for a class absent from training."
     import numpy as np, torch
     from brefine.band import batch_band
     from brefine.learner import sample_features
@@ -175,17 +185,29 @@ def class_modes(net, ds, k: int, radius: int = 3, per_image: int = 2000, seed: i
             fe, c = sample_features(net(prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]), torch.zeros_like(y), y, x, gt.shape), lab[y, x]
             for i in c.unique().tolist():
                 j = (c == i).nonzero()[:, 0]; feats[i].append(fe[j[torch.randperm(len(j), generator=g)[:per_image]]])
+    return [torch.cat(fs) if fs else None for fs in feats], g
+
+def class_modes(net, ds, k: int, **kw):
+    "(n_classes, k, C): k-means (k per class, 25 Lloyd steps) of `class_samples`."
+    import torch
+    feats, g = class_samples(net, ds, **kw)
+    C = next(len(x[0]) for x in feats if x is not None)
     modes = []
-    C = next(len(fs[0][0]) for fs in feats if fs)
-    for fs in feats:
-        if not fs: modes.append(torch.full((k, C), 1e3)); continue               # a class absent from training: never the nearest
-        x = torch.cat(fs); m = x[torch.randperm(len(x), generator=g)[:k]].clone()
+    for x in feats:
+        if x is None: modes.append(torch.full((k, C), 1e3)); continue            # a class absent from training: never the nearest
+        m = x[torch.randperm(len(x), generator=g)[:k]].clone()
         for _ in range(25):
             a = torch.cdist(x, m).argmin(1)
             for j in range(len(m)):
                 if (a == j).any(): m[j] = x[a == j].mean(0)
         modes.append(torch.cat([m, m[:1].expand(k - len(m), -1)]))       # fewer pixels than k: repeat a mode
     return torch.stack(modes)
+
+def class_spread(net, ds, vectors, **kw):
+    "(n_classes,): per class, the mean squared distance per dimension of `class_samples` to its prototype `vectors[c]` (an isotropic variance); inf for a class absent from training."
+    import torch
+    feats, _ = class_samples(net, ds, **kw)
+    return torch.stack([((x - v) ** 2).mean() if x is not None else torch.tensor(float('inf')) for x, v in zip(feats, vectors)])
 
 # ------------------------------------------------------------------------------------------------------------- settings
 def settings(a, ds, fs):

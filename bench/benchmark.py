@@ -62,6 +62,17 @@ QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
+def embedder_kwargs(kind: str, train_blocks: int = 0) -> dict:
+    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head."
+    kw = dict(EMBEDDERS[kind], net_kwargs=dict(EMBEDDERS[kind]['net_kwargs']))
+    if train_blocks: kw['net_kwargs']['train_blocks'] = train_blocks
+    return kw
+
+def emb_file_name(kind: str, n_epochs: int, train_blocks: int = 0) -> str:
+    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name)."
+    name = EMB_FILES[kind].format(n_epochs)
+    return name.replace('_tri', f'_tb{train_blocks}_tri') if train_blocks else name
+
 T0 = time.perf_counter()
 def log(*a): print(f'[{time.perf_counter() - T0:7.1f}s]', *a, flush=True)
 
@@ -90,10 +101,14 @@ def parse_args(argv=None):
     p.add_argument('--embedder', choices=sorted(EMBEDDERS), default='separate',
                    help="brefine's embedder: a MobileNetV2 of its own, started from the base model's backbone ('separate'), "
                         "or a head on the base model's own features ('shared')")
+    p.add_argument('--train-blocks', type=int, default=0, metavar='K',
+                   help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only)")
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
     a = p.parse_args(argv)
+    if a.train_blocks and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
+    if a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
     if a.quick: a.threads = 1
@@ -133,9 +148,9 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     h, w = ds.train_size()
     return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
 
-def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET) -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/EMB_FILES[embedder].format(epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick))
+    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -222,12 +237,12 @@ def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
     from brefine.learner import refine_learner, load_embedder, save_embedder
     shared = args.embedder == 'shared'
-    f = args.cache/EMB_FILES[args.embedder].format(n_epochs)
+    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks)
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     start = dict(base=base) if shared else dict(pretrained=True, backbone_init=base.backbone)   # the base's features, or a copy of its backbone
-    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **EMBEDDERS[args.embedder])
+    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks))
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
     save_embedder(net, f)
@@ -337,8 +352,8 @@ def run(args, argv, dest):
     except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
     from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict
     from brefine.core import atomic_write, to_numpy
+    from brefine.learner import embedding_size
     from dataclasses import asdict
-    embedder_size = lambda x: (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4))     # the stride-4 embedding map of images x
     dls = {}
     def dls_fn():
         if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
@@ -375,7 +390,7 @@ def run(args, argv, dest):
             with torch.inference_mode():                 # refine_predict in its two parts, each from the raw image
                 t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std)
                 if args.embedder == 'shared':            # the head on the features of the base forward above (timed as the base's)
-                    _, low, high = embedder.features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedder_size(x))
+                    _, low, high = embedder.features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedding_size(x))
                 else: emb = embedder(x)
                 t1 = time.perf_counter()
                 out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings)[0]).astype(np.uint8)
@@ -392,7 +407,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **EMBEDDERS[args.embedder])),
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
@@ -404,7 +419,7 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {args.embedder} embedder {EMBEDDERS[args.embedder]}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
+             f'- brefine: {args.embedder} embedder {embedder_kwargs(args.embedder, args.train_blocks)}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']

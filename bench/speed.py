@@ -23,14 +23,15 @@ fields, so another way of computing the embedding is one more such function in P
 Prints times and peak-memory growth as ratios to the base forward's. `--record` also writes the printout to
 bench/results/speed.txt and the rows to bench/results/speed.json -- a list of {size ("HxW"), path, base_s,
 refine_over_base, post_over_base, peak_mem_over_base} -- and records both in bench/results/manifest.json.
-`--before FILE` also times the post-processing of another copy of brefine/inference.py (e.g. the previous version,
-copied aside) in the same process, interleaved with the current one; `--profile` prints where the post-processing's time
-goes, function by function (cProfile), for the current version and with --before for that copy. Usage:
+`--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
+`brefine_before` from a temporary copy), or `--before FILE` that of another copy of brefine/inference.py alone, in the
+same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
+function (cProfile), for the current version and with --before for the other. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
         [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5]   (defaults: the settings calibrated on CamVid val)
-        [--paths separate shared] [--before /tmp/orig_inference.py] [--profile] [--record]
+        [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
 """
-import argparse, importlib.util, json, os, sys, time
+import argparse, functools, importlib, importlib.util, json, os, sys, time
 from pathlib import Path
 from record import main_recorded, record, RESULTS
 
@@ -50,6 +51,21 @@ def _inference_copy(path):
     m = importlib.util.module_from_spec(spec); m.__package__ = 'brefine'
     sys.modules[spec.name] = m; spec.loader.exec_module(m)
     return m
+
+@functools.cache
+def _package_at(rev: str):
+    "brefine.inference as of git revision `rev`: its whole package, extracted to a temporary folder (removed at exit) and imported as `brefine_before`."
+    import atexit, shutil, subprocess, tarfile, tempfile, io
+    repo, d = Path(__file__).resolve().parent.parent, Path(tempfile.mkdtemp(prefix='brefine_before_'))
+    atexit.register(shutil.rmtree, d, True)
+    tar = subprocess.run(['git', 'archive', rev, 'brefine'], cwd=repo, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t: t.extractall(d, filter='data')
+    (d/'brefine').rename(d/'brefine_before'); sys.path.insert(0, str(d))
+    return importlib.import_module('brefine_before.inference')
+
+def _before(spec: str):
+    "The other version's inference module: a copy of inference.py when `spec` is a file, else brefine at git revision `spec`."
+    return _inference_copy(spec) if Path(spec).is_file() else _package_at(spec)
 
 def post_processing(inf, probs, x, protos, a):
     "`post(emb)`: the post-processing of module `inf` (brefine.inference or a copy) of the embedding `emb`, as bench/benchmark.py runs it."
@@ -75,10 +91,12 @@ def shared(H, W, a, post) -> dict:
     from benchmark import base_model
     from brefine.shared_backbone import SharedEmbeddingNet
     from brefine.inference import prepare_image
+    from brefine.learner import embedding_size
     base = base_model(n_classes=11, pretrained=False).eval()
     net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
-    prep, size = lambda: prepare_image(img, a.mean, a.std)[0], (-(-H // 4), -(-W // 4))
+    prep = lambda: prepare_image(img, a.mean, a.std)[0]
+    size = embedding_size(prep())
     with torch.inference_mode():
         _, low, high = net.features(prep(), whole=True)       # what the base forward's hooks capture
         emb = net.head(low, high, size)
@@ -100,7 +118,10 @@ def stages(path: str, H, W, a) -> dict:
     emb = st.pop('emb')
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
     if a.before:
-        before = post_processing(_inference_copy(a.before), probs, x, protos, a)
+        inf_b = _before(a.before)
+        protos_b = protos if inf_b.__package__ == 'brefine' else importlib.import_module('brefine_before.prototypes').Prototypes(
+            protos.vectors, protos.counts, train_radius=3, mean=a.mean, std=a.std)          # the other package checks its own class
+        before = post_processing(inf_b, probs, x, protos_b, a)
         st['before'] = lambda: before(emb)
     return st
 
@@ -147,7 +168,7 @@ def main():
     ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
     ap.add_argument('--vote', type=int, default=5)
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
-    ap.add_argument('--before', help='another copy of brefine/inference.py whose post-processing to time alongside')
+    ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
     ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     main_recorded(ap, 'speed', run)
@@ -174,7 +195,7 @@ def run(a):
                 pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
                 for name, f in [('post', st['post'])] + ([('before', st['before'])] if a.before else []):
                     print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
-                    ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or fl.startswith(pkg) and not fl.endswith('inference.py'))
+                    ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
                     for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
     if a.record:
         path, tmp = RESULTS/'speed.json', RESULTS/f'.speed.json.{os.getpid()}.tmp'

@@ -24,10 +24,10 @@ importlib.import_module('fastai.callback.progress')   # and no_bar
 
 # %% auto #0
 __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'torchvision_model',
-           'EmbeddingHead', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state', 'check_embedder_state',
-           'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter', 'sample_features',
-           'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback',
-           'ActiveTriplets', 'init_backbone', 'refine_learner']
+           'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state',
+           'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter',
+           'sample_features', 'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss',
+           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'refine_learner']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -158,6 +158,11 @@ class EmbeddingHead(nn.Module):
         e = self.head(self.decoder(torch.cat([high, low], 1)))
         return F.normalize(e, dim=1) if self.normalize else e
 
+# %% ../nbs/03_learner.ipynb #8ec592d7
+def embedding_size(x: torch.Tensor) -> tuple:
+    "(ceil(H/4), ceil(W/4)): the size of the stride-4 embedding map that brefine's embedders give for images `x` (...,H,W)."
+    return -(-x.shape[-2] // 4), -(-x.shape[-1] // 4)
+
 # %% ../nbs/03_learner.ipynb #5692e49d
 class EmbeddingNet(EmbeddingHead):
     "DeepLabV3+ style network mapping images (B,3,H,W) to embeddings (B,emb_dim,ceil(H/4),ceil(W/4)): a backbone and an `EmbeddingHead`."
@@ -187,7 +192,7 @@ class EmbeddingNet(EmbeddingHead):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_images(x, self.training, 'EmbeddingNet')
-        size = (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4))
+        size = embedding_size(x)
         if not self.training and x.device.type == 'cpu': x = x.contiguous(memory_format=torch.channels_last)   # ~20 % faster
         f = self.backbone(x)
         return super().forward(f['low'], f['out'], size)

@@ -11,7 +11,7 @@ import torch.nn as nn
 from fastcore.basics import patch
 from fastai.torch_core import params
 from .core import _model_of
-from .learner import EmbeddingHead, _check_dims, _check_images
+from .learner import EmbeddingHead, embedding_size, _check_dims, _check_images
 
 # %% auto #0
 __all__ = ['feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
@@ -140,14 +140,14 @@ def forward(self: SharedEmbeddingNet, x: torch.Tensor) -> torch.Tensor:
     "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features."
     _check_images(x, self.training, 'SharedEmbeddingNet')
     _, low, high = self.features(x)
-    return self.head(low, high, (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4)))
+    return self.head(low, high, embedding_size(x))
 
 @patch
 def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
     "(the base model's output for `x`, as the base returns it; the embeddings), from one forward of the base model."
     _check_images(x, self.training, 'SharedEmbeddingNet')
     out, low, high = self.features(x, whole=True)
-    return out, self.head(low, high, (-(-x.shape[-2] // 4), -(-x.shape[-1] // 4)))
+    return out, self.head(low, high, embedding_size(x))
 
 # %% ../nbs/03b_shared_backbone.ipynb #469bdc42
 @patch
