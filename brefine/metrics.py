@@ -203,6 +203,7 @@ def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02, ignor
 
 # %% ../nbs/06_metrics.ipynb #2578bf24
 def _tolerance(tolerance) -> float:
+    "`tolerance` checked: a number >= 0, in pixels or, below 1, a fraction of the image diagonal."
     return as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
 
 def _bf_scores(bf, keep) -> tuple:
