@@ -129,9 +129,10 @@ def choice(a, ds, fs):
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = (0.3, 1, 3)
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in alphas]
-    if a.modes: M = class_modes(net, ds, a.modes); rules += [f'{a.modes} modes'] + [f'{a.modes} modes alpha={x}' for x in alphas]
+    samples = class_samples(net, ds) if a.modes or a.spread else None      # once for both probes
+    if a.modes: M = class_modes(*samples, a.modes); rules += [f'{a.modes} modes'] + [f'{a.modes} modes alpha={x}' for x in alphas]
     if a.spread:
-        var = class_spread(net, ds, V); rules += ['gaussian'] + [f'gaussian alpha={x}' for x in alphas]
+        var = class_spread(samples[0], V); rules += ['gaussian'] + [f'gaussian alpha={x}' for x in alphas]
         print('per-class spread (mean squared distance per dimension to the prototype):', {ds.codes[i]: round(v.item(), 4) for i, v in enumerate(var)})
     right, total, band_px = dict.fromkeys(rules, 0), 0, 0
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
@@ -170,8 +171,8 @@ def choice(a, ds, fs):
         r = t[:, 0] / t[:, 1].clamp_min(1)
         print(f'  per-class recall, {k}:', {ds.codes[i]: round(r[i].item(), 2) for i in range(n) if t[i, 1] > 0})
 
-def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0) -> list:
-    "Per class, embeddings (K_c, C) at the training images' label-map band (as `extract_prototypes` reads them), at most `per_image` pixels per class and image; None for a class absent from training."
+def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0) -> tuple:
+    "(per class, embeddings (K_c, C) at the training images' label-map band (as `extract_prototypes` reads them), at most `per_image` pixels per class and image, None for a class absent from training; the random generator, to go on drawing from)."
     import numpy as np, torch
     from brefine.band import batch_band
     from brefine.learner import sample_features
@@ -187,10 +188,9 @@ def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0
                 j = (c == i).nonzero()[:, 0]; feats[i].append(fe[j[torch.randperm(len(j), generator=g)[:per_image]]])
     return [torch.cat(fs) if fs else None for fs in feats], g
 
-def class_modes(net, ds, k: int, **kw):
-    "(n_classes, k, C): k-means (k per class, 25 Lloyd steps) of `class_samples`."
+def class_modes(feats: list, g, k: int):
+    "(n_classes, k, C): k-means (k per class, 25 Lloyd steps, initial modes drawn with generator `g`) of the per-class samples `feats` of `class_samples`."
     import torch
-    feats, g = class_samples(net, ds, **kw)
     C = next(len(x[0]) for x in feats if x is not None)
     modes = []
     for x in feats:
@@ -203,10 +203,9 @@ def class_modes(net, ds, k: int, **kw):
         modes.append(torch.cat([m, m[:1].expand(k - len(m), -1)]))       # fewer pixels than k: repeat a mode
     return torch.stack(modes)
 
-def class_spread(net, ds, vectors, **kw):
-    "(n_classes,): per class, the mean squared distance per dimension of `class_samples` to its prototype `vectors[c]` (an isotropic variance); inf for a class absent from training."
+def class_spread(feats: list, vectors):
+    "(n_classes,): per class, the mean squared distance per dimension of its samples `feats[c]` (from `class_samples`) to its prototype `vectors[c]` (an isotropic variance); inf for a class absent from training."
     import torch
-    feats, _ = class_samples(net, ds, **kw)
     return torch.stack([((x - v) ** 2).mean() if x is not None else torch.tensor(float('inf')) for x, v in zip(feats, vectors)])
 
 # ------------------------------------------------------------------------------------------------------------- settings
