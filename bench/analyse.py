@@ -51,6 +51,7 @@ def parse_args(argv=None):
     common.add_argument('--cache', type=Path, default=None, help="the run's models (default: bench/out/<dataset>_cache)")
     common.add_argument('--quick', action='store_true', help='the models of a --quick run, on its subset of the data')
     common.add_argument('--split', default='val', choices=('train', 'val', 'test'), help='test only to diagnose')
+    common.add_argument('--embedder', default='separate', choices=('separate', 'shared'), help="the run's embedder")
     common.add_argument('--threads', type=int, default=2, help='torch threads')
     common.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt and record it')
     blurb = dict(re.findall(r'^- `(\w+)`: (.*?)(?=^- `|\Z)', __doc__.split('\n\n')[2], re.S | re.M))
@@ -65,6 +66,7 @@ def parse_args(argv=None):
     c.add_argument('--radius', type=int, default=4, help='band radius'); c.add_argument('--every', type=int, default=4, help='every N-th image')
     c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
     c.add_argument('--modes', type=int, default=0, help='also: K prototypes per class (k-means of its training band embeddings), the nearest of them')
+    c.add_argument('--local', type=float, default=0, metavar='CONF', help="also: image-local prototypes, each class's mean embedding over the image's pixels the base labels that class with top-1 probability >= CONF outside the band, mixed with the global prototype by a weight beta")
     c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote (none: the bundle's)")
@@ -92,7 +94,7 @@ def iou(cm):
 def errors(a, ds, fs):
     import numpy as np, torch
     from brefine.band import batch_band
-    base, ref = B.load_cached(a.cache, ds, a.quick)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
     n = ds.n_classes
     cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
     rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
@@ -124,7 +126,7 @@ def choice(a, ds, fs):
     from brefine.band import batch_band
     from brefine.learner import sample_features
     from brefine.inference import prepare_image
-    base, ref = B.load_cached(a.cache, ds, a.quick)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = (0.3, 1, 3)
@@ -134,20 +136,24 @@ def choice(a, ds, fs):
     if a.spread:
         var = class_spread(samples[0], V); rules += ['gaussian'] + [f'gaussian alpha={x}' for x in alphas]
         print('per-class spread (mean squared distance per dimension to the prototype):', {ds.codes[i]: round(v.item(), 4) for i, v in enumerate(var)})
+    betas = (0.25, 0.5, 1)
+    if a.local: rules += [f'local beta={b}' for b in betas] + [f'local beta={b} alpha={x}' for b in betas for x in alphas]
     right, total, band_px = dict.fromkeys(rules, 0), 0, 0
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
     with torch.inference_mode():
         for f in fs:
             img, gt = ds.read(f)
             x = prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]; p = base(x).softmax(1)
-            y, xx = batch_band(p.argmax(1), a.radius)[0].nonzero(as_tuple=True)
+            band = batch_band(p.argmax(1), a.radius)[0]
+            y, xx = band.nonzero(as_tuple=True)
             g = torch.from_numpy(gt.astype(np.int64))[y, xx]
             pp = p[0][:, y, xx].t(); cand = pp.topk(a.top_n, 1).indices
             labelled = torch.from_numpy(void_mask(ds, gt))[y, xx]
             ok = (cand == g[:, None]).any(1) & labelled
             band_px += int(labelled.sum())
             cand, pp, g = cand[ok], pp[ok], g[ok]
-            fe = sample_features(net(x), torch.zeros_like(y), y, xx, gt.shape)[ok]
+            emb = net(x)
+            fe = sample_features(emb, torch.zeros_like(y), y, xx, gt.shape)[ok]
             d_e, d_c, lp = torch.cdist(fe, V) ** 2, 2 * (1 - F.normalize(fe, dim=1) @ Vn.t()), pp.clamp_min(1e-12).log()
             pick = lambda d: cand.gather(1, d.gather(1, cand).argmin(1, keepdim=True))[:, 0]
             picks = {'base': cand[:, 0], 'euclidean': pick(d_e), 'cosine': pick(d_c)}
@@ -160,6 +166,17 @@ def choice(a, ds, fs):
                 d_g = d_e / var + fe.shape[1] * var.log()
                 picks['gaussian'] = pick(d_g)
                 for x_ in alphas: picks[f'gaussian alpha={x_}'] = pick(d_g - x_ * lp)
+            if a.local:                                                        # the image's own confident pixels outside the band
+                keep = torch.zeros_like(band); keep[::4, ::4] = True
+                ly, lx = (keep & ~band & (p[0].amax(0) >= a.local)).nonzero(as_tuple=True)
+                lc = p[0].argmax(0)[ly, lx]
+                L = torch.zeros_like(V).index_add_(0, lc, sample_features(emb, torch.zeros_like(ly), ly, lx, gt.shape))
+                cnt = torch.bincount(lc, minlength=n).float()[:, None]
+                L, have = L / cnt.clamp_min(1), cnt >= 16
+                for b in betas:
+                    d_l = torch.cdist(fe, torch.where(have, (1 - b) * V + b * L, V)) ** 2
+                    picks[f'local beta={b}'] = pick(d_l)
+                    for x_ in alphas: picks[f'local beta={b} alpha={x_}'] = pick(d_l - x_ * lp)
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
@@ -213,7 +230,7 @@ def settings(a, ds, fs):
     import torch
     from brefine.inference import prepare_image, relabel
     from brefine.metrics import mean_iou, boundary_f1
-    base, ref = B.load_cached(a.cache, ds, a.quick)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
     cache, gts = [], []
     with torch.inference_mode():
         for f in fs:

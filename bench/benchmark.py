@@ -62,16 +62,18 @@ QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
-def embedder_kwargs(kind: str, train_blocks: int = 0) -> dict:
-    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head."
+def embedder_kwargs(kind: str, train_blocks: int = 0, bf16: bool = False) -> dict:
+    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head; `bf16`: bfloat16 mixed-precision training."
     kw = dict(EMBEDDERS[kind], net_kwargs=dict(EMBEDDERS[kind]['net_kwargs']))
     if train_blocks: kw['net_kwargs']['train_blocks'] = train_blocks
+    if bf16: kw['bf16'] = True
     return kw
 
-def emb_file_name(kind: str, n_epochs: int, train_blocks: int = 0) -> str:
-    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name)."
+def emb_file_name(kind: str, n_epochs: int, train_blocks: int = 0, bf16: bool = False) -> str:
+    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`)."
     name = EMB_FILES[kind].format(n_epochs)
-    return name.replace('_tri', f'_tb{train_blocks}_tri') if train_blocks else name
+    if train_blocks: name = name.replace('_tri', f'_tb{train_blocks}_tri')
+    return name.replace('_tri', '_bf16_tri') if bf16 else name
 
 T0 = time.perf_counter()
 def log(*a): print(f'[{time.perf_counter() - T0:7.1f}s]', *a, flush=True)
@@ -103,6 +105,8 @@ def parse_args(argv=None):
                         "or a head on the base model's own features ('shared')")
     p.add_argument('--train-blocks', type=int, default=0, metavar='K',
                    help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only)")
+    p.add_argument('--bf16', action='store_true',
+                   help="train the embedder in bfloat16 mixed precision (refine_learner's bf16=True: about 2x faster on CPUs with native bfloat16)")
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
@@ -148,9 +152,9 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     h, w = ds.train_size()
     return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
 
-def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0) -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0, bf16: bool = False) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks)
+    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -237,12 +241,12 @@ def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
     from brefine.learner import refine_learner, load_embedder, save_embedder
     shared = args.embedder == 'shared'
-    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks)
+    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16)
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     start = dict(base=base) if shared else dict(pretrained=True, backbone_init=base.backbone)   # the base's features, or a copy of its backbone
-    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks))
+    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16))
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
     save_embedder(net, f)
@@ -407,7 +411,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks))),
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
@@ -419,7 +423,7 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {args.embedder} embedder {embedder_kwargs(args.embedder, args.train_blocks)}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
+             f'- brefine: {args.embedder} embedder {embedder_kwargs(args.embedder, args.train_blocks, args.bf16)}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']

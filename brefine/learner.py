@@ -17,7 +17,7 @@ from fastcore.basics import listify, store_attr
 from fastcore.meta import delegates
 from fastai.callback.core import Callback, CancelBatchException
 from fastai.learner import Learner, Metric
-from fastai.torch_core import params
+from fastai.torch_core import params, to_float
 from .core import atomic_save, safe_load, _model_of, _plain
 importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune and lr_find on every Learner
 importlib.import_module('fastai.callback.progress')   # and no_bar
@@ -27,7 +27,8 @@ __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 
            'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state',
            'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter',
            'sample_features', 'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss',
-           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'refine_learner']
+           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'refine_learner', 'ChannelsLastTraining',
+           'BF16Training']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -491,6 +492,8 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                    net_kwargs: dict|None = None,  # `EmbeddingNet`'s other arguments as a dict (the same as passing them by name)
                    backbone_init=None,            # a module or state dict with the same backbone to start from (`init_backbone`), instead of `pretrained`
                    base=None,                     # your segmentation model: train a `SharedEmbeddingNet` on its features instead
+                   channels_last: bool|None = None, # channels-last training (`ChannelsLastTraining`); None: when `dls` run on the CPU
+                   bf16: bool = False,            # bfloat16 mixed precision (`BF16Training`): faster on CPUs with native bfloat16
                    cbs=None, metrics=None,        # more callbacks and metrics
                    **kwargs                       # `EmbeddingNet`'s other arguments (aspp_dim, decoder_dim, ...); the rest go to `Learner` (lr, opt_func, path, wd, ...)
                   ) -> Learner:
@@ -510,4 +513,31 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         net = SharedEmbeddingNet(base, emb_dim, normalize=normalize, **net_kw)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
-    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
+    if channels_last is None: channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
+    fast = ([ChannelsLastTraining()] if channels_last else []) + ([BF16Training()] if bf16 else [])
+    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
+
+# %% ../nbs/03_learner.ipynb #3bab19da
+def _channels_last(x):
+    "A 4-d tensor in channels-last memory layout; anything else as it is."
+    return x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.ndim == 4 else x
+
+class ChannelsLastTraining(Callback):
+    "Train on channels-last images and weights: each batch's 4-d inputs and the 4-d weights that train (at the start of each fit)."
+    order = -1
+    def before_fit(self):
+        for p in self.learn.model.parameters():
+            if p.requires_grad and p.ndim == 4: p.data = _channels_last(p.data)
+    def before_batch(self): self.learn.xb = tuple(_channels_last(x) for x in self.xb)
+
+# %% ../nbs/03_learner.ipynb #f8717de8
+class BF16Training(Callback):
+    "bfloat16 mixed precision for the forward pass (`torch.autocast` on the batch's device); the loss is computed in float32."
+    order = 10
+    def before_batch(self):
+        self._ac = torch.autocast(self.xb[0].device.type, dtype=torch.bfloat16); self._ac.__enter__()
+    def after_pred(self):
+        self.learn.pred = to_float(self.pred); self._leave()
+    def _leave(self):
+        if getattr(self, '_ac', None) is not None: self._ac.__exit__(None, None, None); self._ac = None
+    def after_batch(self): self._leave()
