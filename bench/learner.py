@@ -5,12 +5,17 @@
    forward + backward + a torch Adam step. Measured in the same run, interleaved, medians.
 2. Peak memory at 1024x2048, batch 1: `band_features` vs upsampling the embeddings to full size and indexing
    (target < half). Each variant runs in its own subprocess; we report the increase of peak RSS over the inputs.
+3. Faster training: a `refine_learner` step with `ChannelsLastTraining` (channels_last=True, the default on the CPU) and
+   with `BF16Training` added (bf16=True) against the float32 step in PyTorch's default layout (channels_last=False), for
+   the benchmark's two embedders: the separate MobileNetV2 embedder and the head on a DeepLabV3 MobileNetV2 base model
+   (shared backbone), batches of 8 x 3 x 360 x 480 (CamVid's), 2 threads. The variants take turns on the same batches;
+   medians. bfloat16 is fast only on CPUs with native bfloat16 instructions; the printout says whether this one has them.
 
 `--record` also writes the printout to bench/results/learner.txt and records it in bench/results/manifest.json.
 
 usage: .venv/bin/python bench/learner.py [--quick] [--record]
 """
-import argparse, os, sys, time, json, subprocess, statistics, resource
+import argparse, os, sys, time, json, subprocess, statistics
 import torch
 from record import main_recorded
 
@@ -45,7 +50,7 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
     class End(Callback):
         order = 1000
         def after_batch(self): times.append(time.perf_counter() - self.learn.start.t)
-    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, cbs=[Start(), End()])
+    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, channels_last=False, cbs=[Start(), End()])
     with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)   # warm-up (allocations, optimiser state)
     net = learn.model
     opt = torch.optim.Adam(net.parameters(), 1e-4)
@@ -70,6 +75,42 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
         loss_t.append(time.perf_counter() - t)
     med = statistics.median
     return dict(step=med(step), plain=med(plain), plain_opt=med(plain_opt), loss=med(loss_t))
+
+def bench_fast(bs=8, H=360, W=480, n=3, rounds=2, threads=2):
+    "Median step times {embedder: {variant: seconds}} of refine_learner with channels_last False / True / True + bf16."
+    from fastai.data.core import DataLoaders
+    from fastai.data.load import DataLoader
+    from fastai.callback.core import Callback
+    from brefine.learner import refine_learner, DeepLabV3MobileNetV2
+    torch.set_num_threads(threads); torch.manual_seed(0)
+    items = [tuple(t[i] for t in b) for b in _batches(n, bs, H, W) for i in range(bs)]
+    dls = DataLoaders(DataLoader(items, bs=bs, shuffle=False, drop_last=True), DataLoader(items[:bs], bs=bs))
+    dls.n_inp = 1
+    times = []
+    class Timer(Callback):
+        order = -1000
+        def before_batch(self): self.t = time.perf_counter()
+        def after_batch(self):
+            if self.training: times.append(time.perf_counter() - self.t)
+    kinds = dict(separate=dict(backbone='mobilenet_v2', pretrained=False), shared=dict(base=DeepLabV3MobileNetV2(11, pretrained=False).eval()))
+    variants = {'float32': dict(channels_last=False), 'channels-last': dict(channels_last=True), 'channels-last + bf16': dict(channels_last=True, bf16=True)}
+    learners = {(k, v): refine_learner(dls, emb_dim=32, n_triplets=16384, aspp_dim=64, decoder_dim=48, cbs=Timer(), **kw, **vk)
+                for k, kw in kinds.items() for v, vk in variants.items()}
+    res = {key: [] for key in learners}
+    for r in range(rounds + 1):                                          # round 0 warms up (allocations, optimiser state)
+        for key, l in learners.items():
+            times.clear()
+            with l.no_bar(), l.no_logging(): l.fit(1, 1e-3)
+            if r: res[key] += times
+    out = {}
+    for (k, v), ts in res.items(): out.setdefault(k, {})[v] = statistics.median(ts)
+    return out
+
+def _native_bf16() -> bool:
+    "Whether this CPU has native bfloat16 instructions (AVX512-BF16 or AMX), as far as /proc/cpuinfo tells."
+    try: flags = open('/proc/cpuinfo').read()
+    except OSError: return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
 
 _MEM_CHILD = r'''
 import sys, resource, torch, json
@@ -126,11 +167,17 @@ def run(quick):
         b, i = r[('band', grad)]['mb'], r[('interp', grad)]['mb']
         print(f"  {what:15s} band_features {b:7.1f} MB   interpolate+index {i:7.1f} MB   ratio {b / i:.3f}  (target < 0.5)")
     t = bench_step(n=4 if quick else 6, rounds=2 if quick else 3)
-    print(f"\n[step time] resnet18, batch 4 x 3 x 192 x 256, 4096 triplets (medians):")
+    print("\n[step time] resnet18, batch 4 x 3 x 192 x 256, 4096 triplets (medians):")
     print(f"  refine_learner step           {t['step']*1e3:7.1f} ms")
     print(f"  plain fwd+bwd (dummy loss)    {t['plain']*1e3:7.1f} ms   ratio {t['step']/t['plain']:.3f}  (target <= 1.15)")
     print(f"  plain fwd+bwd+Adam step       {t['plain_opt']*1e3:7.1f} ms   ratio {t['step']/t['plain_opt']:.3f}")
     print(f"  of which: TripletLoss fwd+bwd {t['loss']*1e3:7.1f} ms   ({t['loss']/t['plain']:.1%} of plain fwd+bwd)")
+    f = bench_fast(n=2 if quick else 3, rounds=1 if quick else 2)
+    print(f"\n[faster training] refine_learner step, batch 8 x 3 x 360 x 480, 16384 triplets, 2 threads (medians); "
+          f"native bfloat16 on this CPU: {'yes' if _native_bf16() else 'no'}")
+    for k, t in f.items():
+        base = t['float32']
+        print(f"  {k:9s} " + '   '.join(f"{v} {s*1e3:6.0f} ms ({s / base:.2f}x)" for v, s in t.items()))
 
 if __name__ == '__main__':
     main()

@@ -68,6 +68,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           seed: int = 0,              # random seed (process k of a multi-process run: seed + k)
           resume: bool = False,       # continue from the checkpoint at OUT (same schedule, optimiser and random states)
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
+          bf16: bool = False,         # bfloat16 mixed precision: about 2x faster on CPUs with native bfloat16 (AVX512-BF16, AMX), slower on others
           force: bool = False):       # overwrite OUT when not resuming
     "Train the embedder on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
@@ -82,7 +83,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     else: _check_out(out, force, [init_from])
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
                    epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
-                   workers=workers, seed=seed, resume=resume, stop_after=stop_after)
+                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16)
     if rank_distrib() == 0:
         ck = load_checkpoint(out)
         if ck['epoch'] < ck['n_epochs']:

@@ -229,18 +229,22 @@ def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
     grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)   # (2x+1)/W − 1, as sample_features
     return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border', align_corners=False).view(src.shape[1], -1)
 
-def _nearest_candidate(emb, maps, vecs, sq, missing, at, size, top_p, cand, alpha: float) -> tuple:
-    "For band pixels `at` = (b,y,x): the index (K,) into their candidates `cand` (K,N) of the nearest prototype, and which candidates have one (K,N)."
-    cand, top_p = cand.t(), top_p.t()                                   # rows (N,K): contiguous as `_top_n` gives them
+def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
+    "For band pixels `at` = (b,y,x) with candidates `cand` (N,K): the squared distances (N,K) to their prototypes, short of `|e|²` (inf for a class without one), and which candidates have one (N,K)."
     if maps is not None: d = _sample(maps, at, size)                    # (M,K) from the projected maps
     else: d = (sq - 2 * _sample(emb, at, size).t() @ vecs.T).t()        # from the C features
     d = d.gather(0, cand)
+    if not missing.any(): return d, torch.ones_like(d, dtype=torch.bool)    # every class has a prototype
+    allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape)
+    return d.masked_fill_(~allowed, float('inf')), allowed
+
+def _nearest(d, top_p, alpha: float) -> torch.Tensor:
+    "The row (K,) of the smallest `d − alpha·log top_p` in each column of the (N,K) distances `d` and base probabilities `top_p`: the first of equals, 0 when all are inf."
     if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
-    if not missing.any(): allowed = torch.ones_like(d, dtype=torch.bool)    # every class has a prototype
-    else: allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape); d.masked_fill_(~allowed, float('inf'))
     j, best = torch.zeros(d.shape[1], dtype=_label_dtype(len(d)), device=d.device), d[0]
     for i in range(1, len(d)): torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
-    return j, allowed.t()
+    return j
+
 
 # %% ../nbs/05_inference.ipynb #ee1d8599
 def _box_sums(labels, M: int, k: int) -> tuple:
@@ -309,41 +313,48 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
 
 # %% ../nbs/05_inference.ipynb #88e4842a
 def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
-    "P3 and P5 for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), and the chosen labels (K,)."
+    "P3 and P5's distances for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), the candidates' distances and base probabilities (N,K)."
     p = rows.gather(1, lin.expand(len(rows), -1))                           # (M,K): faster than index_select along dim 1
     if not is_p:                                                          # logits: the softmax of these pixels only, then the gate
         p = p.softmax(0)
         if s.tau is not None: k = (p.amax(0) < s.tau).nonzero()[:, 0]; lin, p = lin.index_select(0, k), p.index_select(1, k)
-    top_p, cand = _top_n(p, s.top_n)                                      # P3: (K,N)
+    top_p, cand = (t.t() for t in _top_n(p, s.top_n))                     # P3: rows (N,K), contiguous as `_top_n` gives them
     vecs, sq, missing = protos
-    j, allowed = _nearest_candidate(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size, top_p, cand, s.alpha)  # P5
-    cand, allowed = cand.t().to(_label_dtype(len(vecs))), allowed.t().clone()
-    allowed[0] = True                                                     # the base answer is always allowed
-    return lin, cand, allowed, cand.gather(0, j.long()[None])[0]
+    d, allowed = _distances(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size, cand)   # P5
+    allowed = allowed.clone(); allowed[0] = True                          # the base answer is always allowed
+    return lin, cand.to(_label_dtype(len(vecs))), allowed, d, top_p
 
 # %% ../nbs/05_inference.ipynb #5cfbf161
 _CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
 
-def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> torch.Tensor:
-    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
+def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> tuple:
+    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk)."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
-    if s.top_n == 1: return base.long()
-    lin = _band_pixels(base, top1, is_p, s)
-    if len(lin) == 0: return base.long()
-    base = base.clone(); out, done = base.view(-1), []                   # the base answer stays as it is for the next setting
+    lin = _band_pixels(base, top1, is_p, s) if s.top_n > 1 else base.new_zeros(0)
+    if len(lin) == 0: return base, M, []
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
     rows = probs.transpose(0, 1).reshape(M, -1)                           # (M, B·H·W): a view for one image
-    for i in range(0, len(lin), chunk):
-        li, cand, allowed, pick = _choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W))
+    return base, M, [_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)]
+
+def _decide(candidates: tuple, alpha: float, vote: int) -> torch.Tensor:
+    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote`."
+    base, M, chunks = candidates
+    if not chunks: return base.long()
+    base = base.clone(); out, done = base.view(-1), []                   # the base answer stays as it is for the next setting
+    for li, cand, allowed, d, top_p in chunks:
+        pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
-        if s.vote: done.append((li, cand, allowed, pick))
+        if vote: done.append((li, cand, allowed, pick))
     if done:
-        box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, s.vote)   # the windows of the chosen labels
+        box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     return base.long()
 
+def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> torch.Tensor:
+    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
+    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk), s.alpha, s.vote)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
 def _base_answer(probs: torch.Tensor) -> tuple:
@@ -449,7 +460,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               progress: bool = True) -> dict:
     "The `RefineSettings` that maximise `objective` on validation data (never worse than the base), its scores and the table of all."
-    from brefine.metrics import _bf_and_miou
+    from brefine.metrics import _bf_miou_stats, _bf_miou_of
     rank = OBJECTIVES.get(objective)
     if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
     model = _model_of(embedder)
@@ -458,13 +469,18 @@ def calibrate(embedder,                       # the embedder (or Learner)
     n = prototypes.n_classes
     for e, p in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
     cache = [(e, p, _base_answer(p)) for e, p in cache]                  # once per image, not once per setting
-    def score(s: RefineSettings) -> dict:
-        preds = [to_numpy(_relabel(e, p, a, prototypes, s.for_classes(n))[0]) for e, p, a in cache]
-        bf, miou = _bf_and_miou(preds, gts_, n, tolerance, ignore_index)
-        return dict(asdict(s), boundary_f1=bf, miou=miou)
+    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v) for r, k, t, a, v in itertools.product(radii, top_ns, taus, alphas, votes) if k <= n]
+    groups = {}                                                          # the settings that share a radius, a gate and a top-N
+    for i, s in enumerate(tried): groups.setdefault((s.radius, s.tau, s.top_n), []).append(i)
+    sums = [None] * len(tried)                                           # per setting, the metrics' statistics summed over images
     with torch.inference_mode():
-        rows = [score(RefineSettings(top_n=1))]                          # the base answer
-        rows += [score(RefineSettings(k, r, t, a, v)) for r, k, t, a, v in itertools.product(radii, top_ns, taus, alphas, votes) if k <= n]
+        for (e, p, a), g in zip(cache, gts_):
+            for idx in groups.values():
+                c = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n))     # once for every alpha and vote
+                for i in idx:
+                    st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote)[0]), g, n, tolerance, ignore_index)
+                    sums[i] = st if sums[i] is None else {k: sums[i][k] + st[k] for k in st}
+    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index)))) for s, st in zip(tried, sums)]
     best = max(rows, key=lambda r: rank(r['boundary_f1'], r['miou']))   # the first of equals: the base unless something beats it
     return dict(settings=RefineSettings(**{f.name: best[f.name] for f in fields(RefineSettings)}), boundary_f1=best['boundary_f1'],
                 miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)

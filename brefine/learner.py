@@ -513,6 +513,8 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         net = SharedEmbeddingNet(base, emb_dim, normalize=normalize, **net_kw)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
+    for k, v in (('channels_last', channels_last), ('bf16', bf16)):
+        if v is not None and not isinstance(v, bool): raise TypeError(f"{k} must be True or False, got {v!r}.")
     if channels_last is None: channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
     fast = ([ChannelsLastTraining()] if channels_last else []) + ([BF16Training()] if bf16 else [])
     return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)

@@ -222,11 +222,21 @@ def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: 
 
 
 # %% ../nbs/06_metrics.ipynb #0c1b76a8
+def _bf_miou_stats(pred, gt, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> dict:
+    "What `boundary_f1` and `mean_iou` read of one map `pred` against `gt`: statistics that add up over images (sum them with `+` per key)."
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    return _stats([pred], [gt], n_classes, ignore_index, tol=_tolerance(tolerance))
+
+def _bf_miou_of(stats: dict, n_classes: int, ignore_index: int | None = None) -> tuple:
+    "(`boundary_f1`, `mean_iou`) from statistics of `_bf_miou_stats` (summed over the images)."
+    n_classes, ignore_index = _classes(n_classes, ignore_index)
+    keep = _scored(n_classes, ignore_index)
+    return _bf_scores(stats['bf'], keep)[0], _mean(_iou(stats['cm'], keep))
+
 def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> tuple:
     "(`boundary_f1`, `mean_iou`) of the same maps, from one pass over them."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
-    s, keep = _stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)), _scored(n_classes, ignore_index)
-    return _bf_scores(s['bf'], keep)[0], _mean(_iou(s['cm'], keep))
+    return _bf_miou_of(_stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)), n_classes, ignore_index)
 
 # %% ../nbs/06_metrics.ipynb #8dbe930e
 def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray:

@@ -205,7 +205,8 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    workers: int = 0,          # DataLoader worker processes
                    seed: int = 0,             # random seed (process k of a multi-process run: seed + k)
                    resume: bool = False,      # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
-                   stop_after: int = None     # stop cleanly after this many epochs of this run
+                   stop_after: int = None,    # stop cleanly after this many epochs of this run
+                   bf16: bool = False         # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
                   ) -> Path:
     "Train an embedder with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
     from brefine.data import dls_from_folders
@@ -214,14 +215,14 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
-    if ck: codes, void, radius, epochs = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs']
+    if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
     set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
     dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
     net = dict(backbone=ck['config']['backbone'], emb_dim=ck['config']['emb_dim'], pretrained=False) if ck else \
           dict(backbone=backbone, emb_dim=emb_dim, pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None)
-    learn = refine_learner(dls, margin=margin, ignore_index=void, **net)
+    learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, **net)
     mean, std = _norm_stats(dls.train)
-    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed)
+    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16)
     start = resume_learner(learn, ck) if ck else 0
     if ck: _say(f"resuming from epoch {start} of {epochs}")
     _fit_one_cycle(learn, epochs, lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(stop_after)] if stop_after else []))
