@@ -33,13 +33,11 @@ def _batches(n, bs, H, W, seed=0):
         out.append((torch.randn(bs, 3, H, W, generator=g), m, band))
     return out
 
-def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
+def _loaders(batches, bs):
+    "(fastai DataLoaders of the (image, mask, band) `batches`, with one batch to validate; the list the step times go to; a function making the callbacks that time each training step, a pair per Learner)."
     from fastai.data.core import DataLoaders
     from fastai.data.load import DataLoader
     from fastai.callback.core import Callback
-    from brefine.learner import refine_learner
-    torch.manual_seed(0)
-    batches = _batches(n, bs, H, W)
     items = [tuple(t[i] for t in b) for b in batches for i in range(bs)]
     dls = DataLoaders(DataLoader(items, bs=bs, shuffle=False, drop_last=True), DataLoader(items[:bs], bs=bs))
     dls.n_inp = 1
@@ -49,8 +47,16 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
         def before_batch(self): self.t = time.perf_counter()
     class End(Callback):
         order = 1000
-        def after_batch(self): times.append(time.perf_counter() - self.learn.start.t)
-    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, channels_last=False, cbs=[Start(), End()])
+        def after_batch(self):
+            if self.training: times.append(time.perf_counter() - self.learn.start.t)
+    return dls, times, lambda: [Start(), End()]
+
+def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
+    from brefine.learner import refine_learner
+    torch.manual_seed(0)
+    batches = _batches(n, bs, H, W)
+    dls, times, timers = _loaders(batches, bs)
+    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, channels_last=False, cbs=timers())
     with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)   # warm-up (allocations, optimiser state)
     net = learn.model
     opt = torch.optim.Adam(net.parameters(), 1e-4)
@@ -78,23 +84,12 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
 
 def bench_fast(bs=8, H=360, W=480, n=3, rounds=2, threads=2):
     "Median step times {embedder: {variant: seconds}} of refine_learner with channels_last False / True / True + bf16."
-    from fastai.data.core import DataLoaders
-    from fastai.data.load import DataLoader
-    from fastai.callback.core import Callback
     from brefine.learner import refine_learner, DeepLabV3MobileNetV2
     torch.set_num_threads(threads); torch.manual_seed(0)
-    items = [tuple(t[i] for t in b) for b in _batches(n, bs, H, W) for i in range(bs)]
-    dls = DataLoaders(DataLoader(items, bs=bs, shuffle=False, drop_last=True), DataLoader(items[:bs], bs=bs))
-    dls.n_inp = 1
-    times = []
-    class Timer(Callback):
-        order = -1000
-        def before_batch(self): self.t = time.perf_counter()
-        def after_batch(self):
-            if self.training: times.append(time.perf_counter() - self.t)
+    dls, times, timers = _loaders(_batches(n, bs, H, W), bs)
     kinds = dict(separate=dict(backbone='mobilenet_v2', pretrained=False), shared=dict(base=DeepLabV3MobileNetV2(11, pretrained=False).eval()))
     variants = {'float32': dict(channels_last=False), 'channels-last': dict(channels_last=True), 'channels-last + bf16': dict(channels_last=True, bf16=True)}
-    learners = {(k, v): refine_learner(dls, emb_dim=32, n_triplets=16384, aspp_dim=64, decoder_dim=48, cbs=Timer(), **kw, **vk)
+    learners = {(k, v): refine_learner(dls, emb_dim=32, n_triplets=16384, aspp_dim=64, decoder_dim=48, cbs=timers(), **kw, **vk)
                 for k, kw in kinds.items() for v, vk in variants.items()}
     res = {key: [] for key in learners}
     for r in range(rounds + 1):                                          # round 0 warms up (allocations, optimiser state)
