@@ -328,7 +328,7 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
 _CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
 
 def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> tuple:
-    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk)."
+    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk, made as they are read: `list` them to read them again)."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
     lin = _band_pixels(base, top1, is_p, s) if s.top_n > 1 else base.new_zeros(0)
     if len(lin) == 0: return base, M, []
@@ -336,14 +336,14 @@ def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSett
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
     rows = probs.transpose(0, 1).reshape(M, -1)                           # (M, B·H·W): a view for one image
-    return base, M, [_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)]
+    return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk))
 
 def _decide(candidates: tuple, alpha: float, vote: int) -> torch.Tensor:
     "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote`."
     base, M, chunks = candidates
-    if not chunks: return base.long()
-    base = base.clone(); out, done = base.view(-1), []                   # the base answer stays as it is for the next setting
+    out, done = None, []
     for li, cand, allowed, d, top_p in chunks:
+        if out is None: base = base.clone(); out = base.view(-1)         # the base answer stays as it is for the next setting
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
@@ -476,7 +476,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
     with torch.inference_mode():
         for (e, p, a), g in zip(cache, gts_):
             for idx in groups.values():
-                c = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n))     # once for every alpha and vote
+                b_, M_, chunks = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n))
+                c = (b_, M_, list(chunks))                               # once for every alpha and vote
                 for i in idx:
                     st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote)[0]), g, n, tolerance, ignore_index)
                     sums[i] = st if sums[i] is None else {k: sums[i][k] + st[k] for k in st}
