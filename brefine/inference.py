@@ -460,7 +460,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               progress: bool = True) -> dict:
     "The `RefineSettings` that maximise `objective` on validation data (never worse than the base), its scores and the table of all."
-    from brefine.metrics import _bf_miou_stats, _bf_miou_of
+    from brefine.metrics import _bf_miou_stats, _bf_miou_of, _add_stats
     rank = OBJECTIVES.get(objective)
     if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
     model = _model_of(embedder)
@@ -480,7 +480,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
                 c = (b_, M_, list(chunks))                               # once for every alpha and vote
                 for i in idx:
                     st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote)[0]), g, n, tolerance, ignore_index)
-                    sums[i] = st if sums[i] is None else {k: sums[i][k] + st[k] for k in st}
+                    sums[i] = _add_stats(sums[i], st)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index)))) for s, st in zip(tried, sums)]
     best = max(rows, key=lambda r: rank(r['boundary_f1'], r['miou']))   # the first of equals: the base unless something beats it
     return dict(settings=RefineSettings(**{f.name: best[f.name] for f in fields(RefineSettings)}), boundary_f1=best['boundary_f1'],

@@ -159,6 +159,10 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
         out['trimap'] = cnt[[ws.index(wd) for wd in widths]].reshape(len(widths), n, n)   # void: idx's extra bin
     return out
 
+def _add_stats(tot: dict | None, s: dict) -> dict:
+    "Statistics `s` of one image added to the running sums `tot` (None: none yet)."
+    return s if tot is None else {k: tot[k] + s[k] for k in tot}
+
 def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **kw) -> dict:
     "`_image_stats` summed over a data set, after checking the inputs."
     n_classes, ignore_index = _classes(n_classes, ignore_index)         # Python ints: no numpy overflow in n*n
@@ -166,7 +170,7 @@ def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **k
     for i, (p, g) in enumerate(pairs):
         p, g = _prep(p, g, n_classes, ignore_index, '' if len(pairs) == 1 else f'[{i}]', names)
         s = _image_stats(p, g, n_classes, **kw)
-        tot = s if tot is None else {k: tot[k] + s[k] for k in tot}
+        tot = _add_stats(tot, s)
     return tot
 
 # %% ../nbs/06_metrics.ipynb #e32f0889
