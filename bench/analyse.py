@@ -15,7 +15,7 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
   `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
   mean squared distance per dimension of the class's training band embeddings to E_c.
-- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote (tau `none`: no gate;
+- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey] (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores.
 
@@ -34,12 +34,13 @@ import benchmark as B
 from record import RESULTS, printout
 
 def parse_setting(s: str):
-    "radius,top_n,tau,alpha,vote as a `RefineSettings` (tau 'none': no gate)."
+    "radius,top_n,tau,alpha,vote[,grey] as a `RefineSettings` (tau 'none': no gate)."
     from brefine.inference import RefineSettings
     try:
-        r, k, t, a, v = s.split(',')
-        return RefineSettings(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v))
-    except (ValueError, TypeError): raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote, got {s!r}') from None
+        r, k, t, a, v, *g = s.split(',')
+        return RefineSettings(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v),
+                              grey=float(g[0]) if g else None)
+    except (ValueError, TypeError): raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote[,grey], got {s!r}') from None
 
 def parse_args(argv=None):
     doc = __doc__.split('\n\n')
@@ -69,7 +70,7 @@ def parse_args(argv=None):
     c.add_argument('--local', type=float, default=0, metavar='CONF', help="also: image-local prototypes, each class's mean embedding over the image's pixels the base labels that class with top-1 probability >= CONF outside the band, mixed with the global prototype by a weight beta")
     c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
-    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote (none: the bundle's)")
+    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey] (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
     a, rest = p.parse_known_args(argv)
     if rest:                                             # settings given after options: argparse leaves them over
@@ -228,7 +229,7 @@ def class_spread(feats: list, vectors):
 # ------------------------------------------------------------------------------------------------------------- settings
 def settings(a, ds, fs):
     import torch
-    from brefine.inference import prepare_image, relabel
+    from brefine.inference import prepare_image, relabel, grey_levels
     from brefine.metrics import mean_iou, boundary_f1
     base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
     cache, gts = [], []
@@ -236,19 +237,19 @@ def settings(a, ds, fs):
         for f in fs:
             img, gt = ds.read(f); gts.append(gt)
             x, _ = prepare_image(img, ref.prototypes.mean, ref.prototypes.std)
-            cache.append((ref.embedder(x), B.base_probs_of(base, img)[None]))
+            cache.append((ref.embedder(x), B.base_probs_of(base, img)[None], grey_levels(x, ref.prototypes.mean, ref.prototypes.std)))
     score = lambda preds: (100 * mean_iou(preds, gts, ds.n_classes, ignore_index=ds.void),
                            100 * boundary_f1(preds, gts, ds.n_classes, tolerance=3, ignore_index=ds.void))
     print(f'{len(fs)} {a.split} images (every {a.every}); embedder {ref.embedder.config}; training band radius of the prototypes {ref.prototypes.train_radius}')
     tried = a.settings or [ref.settings]
     w = max(len(str(s)) for s in tried)
     print(f"{'setting':{w}s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
-    m, b = score([p[0].argmax(0).numpy() for _, p in cache])
+    m, b = score([p[0].argmax(0).numpy() for _, p, _ in cache])
     print(f"{'base':{w}s} {m:6.2f} {b:6.2f}")
     with torch.inference_mode():
         for s in tried:
             t = time.perf_counter()
-            preds = [relabel(e, p, ref.prototypes, s)[0].numpy() for e, p in cache]
+            preds = [relabel(e, p, ref.prototypes, s, levels=lv)[0].numpy() for e, p, lv in cache]
             dt = (time.perf_counter() - t) / len(cache)
             m, b = score(preds)
             print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}", flush=True)

@@ -354,7 +354,7 @@ def run(args, argv, dest):
     import numpy as np, torch
     try: import pydensecrf.densecrf  # fail early, before training
     except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
-    from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict
+    from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict, grey_levels
     from brefine.core import atomic_write, to_numpy
     from brefine.learner import embedding_size
     from dataclasses import asdict
@@ -397,7 +397,8 @@ def run(args, argv, dest):
                     _, low, high = embedder.features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedding_size(x))
                 else: emb = embedder(x)
                 t1 = time.perf_counter()
-                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings)[0]).astype(np.uint8)
+                levels = grey_levels(x, protos.mean, protos.std) if ref.settings.grey is not None else None
+                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings, levels=levels)[0]).astype(np.uint8)
                 t2 = time.perf_counter()
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
             if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():

@@ -11,7 +11,7 @@ Usage (from the repository root):
     .venv/bin/python bench/same_output.py camvid --against 377412d --record camvid_same_output
 """
 from __future__ import annotations
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, inspect, json, os, subprocess, sys, tempfile
 from pathlib import Path
 
 import benchmark as B
@@ -36,7 +36,8 @@ def answers(dataset: str, cache: Path, every: int, out: Path):
     flat = lambda maps: np.concatenate([np.asarray(m).ravel() for m in maps])      # images of several sizes
     maps = {f'setting {i}': flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs)) for i, s in enumerate(SETTINGS)}
     maps['base model as probs'] = flat(refine_predict(im, base, emb, protos, **SETTINGS[0]) for im in imgs[:3])
-    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID)
+    plain = dict(greys=(None,)) if 'greys' in inspect.signature(calibrate).parameters else {}   # the grid every version has
+    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **plain)
     np.savez_compressed(f'{out}.npz', **maps)
     Path(f'{out}.json').write_text(json.dumps([[r['boundary_f1'], r['miou']] for r in cal['table']]))
 

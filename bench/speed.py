@@ -69,8 +69,9 @@ def _before(spec: str):
 
 def post_processing(inf, probs, x, protos, a):
     "`post(emb)`: the post-processing of module `inf` (brefine.inference or a copy) of the embedding `emb`, as bench/benchmark.py runs it."
-    s = inf.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote)
-    return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s)
+    s = inf.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote, **(dict(grey=a.grey) if a.grey else {}))
+    if not a.grey: return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s)
+    return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s, levels=inf.grey_levels(x, protos.mean, protos.std))
 
 def separate(H, W, a, post) -> dict:
     "The `separate` path: the embedder computes its own backbone from the raw image."
@@ -167,6 +168,7 @@ def main():
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
     ap.add_argument('--vote', type=int, default=5)
+    ap.add_argument('--grey', type=float, default=None, help="the vote's grey-level weight (default: none)")
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
     ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
@@ -176,7 +178,7 @@ def main():
 def run(a):
     t0 = time.perf_counter()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
-          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote})')
+          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
     print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
           f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else ''))
     rows = []

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_inference.ipynb #8063c0bc
 from __future__ import annotations
-import json, os, re, math, secrets, contextlib, itertools
+import json, os, re, math, secrets, contextlib, itertools, functools
 from dataclasses import dataclass, replace, asdict, fields
 from functools import partial
 from pathlib import Path
@@ -22,8 +22,8 @@ from .prototypes import Prototypes
 from .shared_backbone import reads_base, embed_with_base
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings', 'relabel',
-           'refine_predict', 'calibrate', 'Refiner']
+__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings', 'grey_levels',
+           'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 def _raw_hwc(a: np.ndarray):
@@ -145,6 +145,7 @@ class RefineSettings:
     tau: float|None = None   # confidence gate: re-decide only band pixels whose base top-1 probability is below it (None: all)
     alpha: float = 0.        # weight of the base log-probability in the choice (0: the nearest prototype alone)
     vote: int = 0            # odd side of a majority-vote window over the re-decided pixels' candidates (0: no vote)
+    grey: float|None = None  # σ, in grey levels (0-255), of the vote's weight on each neighbour's grey-level difference (None: all count 1)
 
     def __post_init__(self):
         put = partial(object.__setattr__, self)
@@ -155,6 +156,10 @@ class RefineSettings:
         put('vote', as_int(self.vote, 'vote', 0))
         if self.vote % 2 == 0 and self.vote:
             raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {self.vote!r}.")
+        if self.grey is not None:
+            put('grey', as_float(self.grey, 'grey', 1, hint=" grey is the σ of the vote's grey-level weight, in grey levels; None: no weight."))
+            if not self.vote: raise ValueError(f"grey={self.grey:g} weighs the vote's neighbours, but vote is 0: set an odd vote window "
+                                               "like 9 too, or leave grey at None.")
 
 # %% ../nbs/05_inference.ipynb #1031bfab
 @patch
@@ -277,15 +282,18 @@ def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
     return _counts_at(*box, torch.tensor(classes, device=lin.device)[:, None].expand(-1, len(lin)), lin).float()
 
 # %% ../nbs/05_inference.ipynb #1095fbf4
-def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
-    "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
-    v = _counts_at(*box, cand, lin) * 2 + (cand == cur)
+def _most(v, cand, allowed) -> torch.Tensor:
+    "The row (K,) of candidates `cand` (N,K) with the largest score `v` (N,K, int) among those `allowed` (N,K), the first of equals."
     if not allowed.all(): v.masked_fill_(~allowed, -1)
     pick, best = cand[0].clone(), v[0]
     for j in range(1, len(cand)):
         more = v[j] > best; best = torch.maximum(best, v[j])
         pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
     return pick
+
+def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
+    "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
+    return _most(_counts_at(*box, cand, lin) * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05_inference.ipynb #84fdf567
 def _arg_max(p: torch.Tensor) -> tuple:
@@ -311,6 +319,48 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
     b = torch.div(q, H, rounding_mode='floor') if B > 1 else torch.zeros_like(q)
     return b, (q - b * H if B > 1 else q), lin - q * W
 
+# %% ../nbs/05_inference.ipynb #d96f2b82
+def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
+    "The 8-bit grey levels (B,H,W) uint8, Rec. 601 luma, of images `x` (B,3,H,W) prepared by `prepare_image` with `mean` and `std`."
+    if mean is not None and std is not None:
+        m, s = (torch.tensor(v, dtype=x.dtype, device=x.device)[:, None, None] for v in (mean, std))
+        x = x * s + m
+    rgb = x.mul(255).round_().clamp_(0, 255).int()
+    return ((rgb[:, 0] * 299 + rgb[:, 1] * 587 + rgb[:, 2] * 114 + 500) // 1000).to(torch.uint8)
+
+@functools.lru_cache(maxsize=16)
+def _grey_weights(sigma: float) -> torch.Tensor:
+    "int32 weights (511,) of the grey-level differences d = −255..255 (at d+255): exp(−d²/2σ²) in steps of 1/65536."
+    d = torch.arange(-255, 256, dtype=torch.float64)
+    return (d * d / (-2 * sigma * sigma)).exp().mul(1 << 16).round().int()
+
+def _lattice(k: int) -> list:
+    "Offsets of up to 5 evenly spread rows (or columns) of a k×k window, from −k//2 to k//2: all of them for k ≤ 5."
+    r = k // 2
+    return torch.linspace(-r, r, min(k, 5)).round().long().unique().tolist()
+
+
+# %% ../nbs/05_inference.ipynb #9b0cfff4
+def _grey_plane(labels, grey, r: int) -> torch.Tensor:
+    "Flat int32 plane of `grey | label << 8` for labels and grey levels (B,H,W), padded by `r` with label −1."
+    return F.pad(labels.int().bitwise_left_shift(8).bitwise_or_(grey), (r, r, r, r), value=-256).view(-1)
+
+def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple) -> torch.Tensor:
+    "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate whose class holds the largest sum of grey-level weights at the `k`-window's `_lattice` points (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
+    (B, H, W), r = size, k // 2
+    Wp = W + 2 * r
+    b, y, x = _pixels(lin, B, H, W)
+    at = (b * (H + 2 * r) + y + r) * Wp + x + r
+    w, g0 = _grey_weights(float(sigma)).to(lin.device), (plane.index_select(0, at) & 255) - 255   # g − g0 is d + 255
+    score, ci = torch.zeros(cand.shape, dtype=torch.int32, device=lin.device), cand.int()
+    for dy in _lattice(k):
+        for dx in _lattice(k):
+            v = plane.index_select(0, at + (dy * Wp + dx))
+            wv, lab = w.index_select(0, (v & 255).sub_(g0)), v >> 8
+            for j in range(len(ci)): score[j] += wv * (lab == ci[j])
+    return _most(score * 2 + (cand == cur), cand, allowed)
+
+
 # %% ../nbs/05_inference.ipynb #88e4842a
 def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
     "P3 and P5's distances for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), the candidates' distances and base probabilities (N,K)."
@@ -327,34 +377,37 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
 # %% ../nbs/05_inference.ipynb #5cfbf161
 _CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
 
-def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> tuple:
-    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk, made as they are read: `list` them to read them again)."
+def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK, levels=None) -> tuple:
+    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk, made as they are read: `list` them to read them again; the grey `levels`)."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
     lin = _band_pixels(base, top1, is_p, s) if s.top_n > 1 else base.new_zeros(0)
-    if len(lin) == 0: return base, M, []
+    if len(lin) == 0: return base, M, [], levels
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
     rows = probs.transpose(0, 1).reshape(M, -1)                           # (M, B·H·W): a view for one image
-    return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk))
+    return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)), levels
 
-def _decide(candidates: tuple, alpha: float, vote: int) -> torch.Tensor:
-    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote`."
-    base, M, chunks = candidates
+def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None) -> torch.Tensor:
+    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote` (weighted by `grey`)."
+    base, M, chunks, levels = candidates
     out, done = None, []
     for li, cand, allowed, d, top_p in chunks:
         if out is None: base = base.clone(); out = base.view(-1)         # the base answer stays as it is for the next setting
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
-    if done:
+    if done and grey is not None:
+        plane = _grey_plane(base, levels, vote // 2)                      # the chosen labels, before any is voted
+        for li, cand, allowed, pick in done: out.scatter_(0, li, _grey_vote(plane, li, cand, allowed, pick, vote, grey, base.shape))
+    elif done:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     return base.long()
 
-def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK) -> torch.Tensor:
+def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK, levels=None) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
-    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk), s.alpha, s.vote)
+    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
 def _base_answer(probs: torch.Tensor) -> tuple:
@@ -367,11 +420,16 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             prototypes: Prototypes,    # M prototypes of dimension C
             settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
             chunk: int = _CHUNK,       # band pixels per step (bounds memory)
-            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote)
+            levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
+            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey)
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     _check_protos(prototypes, probs.shape[1], emb.shape[1])
     s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), as_int(chunk, 'chunk', 1)
-    return _relabel(emb, probs, _base_answer(probs), prototypes, s, chunk)
+    if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
+        raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
+                         f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
+                         "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
+    return _relabel(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
 
 
 # %% ../nbs/05_inference.ipynb #3742569e
@@ -400,7 +458,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
                    settings: RefineSettings|None = None,   # how band pixels are re-decided (None: the defaults)
-                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote): they override `settings`
+                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote, grey): they override `settings`
     "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W)."
     s = _settings(settings, kwargs)
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
@@ -412,7 +470,8 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
         with torch.inference_mode():
             p, emb = _scores_and_embedding(model, probs, x, batched)
             _check_protos(prototypes, p.shape[1])
-            out = relabel(emb, p, prototypes, s)
+            levels = grey_levels(x, prototypes.mean, prototypes.std) if s.grey is not None else None
+            out = relabel(emb, p, prototypes, s, levels=levels)
     finally:
         if was_training: model.train()
     if not batched: out = out[0]
@@ -428,8 +487,8 @@ OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
-def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool) -> tuple:
-    "The embedder's features and the base probabilities of each validation image (run once), and the ground truths as numpy."
+def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
+    "The embedder's features, the base probabilities and (with `grey`) the grey levels of each validation image (run once), and the ground truths as numpy."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
     scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
@@ -440,7 +499,7 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool) -
         for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
             p, emb = _scores_and_embedding(model, sc, x, False)
-            cache.append((emb, p))
+            cache.append((emb, p, grey_levels(x, prototypes.mean, prototypes.std) if grey else None))
     return cache, gts_
 
 # %% ../nbs/05_inference.ipynb #dda1d99a
@@ -455,6 +514,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
               votes=(0, 5, 9, 11),            # majority-vote windows to try (0: none)
+              greys=(None, 10.),              # grey-level weights of the vote to try (None: none)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
@@ -465,21 +525,22 @@ def calibrate(embedder,                       # the embedder (or Learner)
     if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
     model = _model_of(embedder)
     if isinstance(model, nn.Module): model.eval()
-    cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress)
+    cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
     n = prototypes.n_classes
-    for e, p in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
-    cache = [(e, p, _base_answer(p)) for e, p in cache]                  # once per image, not once per setting
-    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v) for r, k, t, a, v in itertools.product(radii, top_ns, taus, alphas, votes) if k <= n]
+    for e, p, _ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
+    cache = [(e, p, _base_answer(p), lv) for e, p, lv in cache]          # once per image, not once per setting
+    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr) for r, k, t, a, v, gr in
+                                         itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)]
     groups = {}                                                          # the settings that share a radius, a gate and a top-N
     for i, s in enumerate(tried): groups.setdefault((s.radius, s.tau, s.top_n), []).append(i)
     sums = [None] * len(tried)                                           # per setting, the metrics' statistics summed over images
     with torch.inference_mode():
-        for (e, p, a), g in zip(cache, gts_):
+        for (e, p, a, lv), g in zip(cache, gts_):
             for idx in groups.values():
-                b_, M_, chunks = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n))
-                c = (b_, M_, list(chunks))                               # once for every alpha and vote
+                b_, M_, chunks, _ = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n), levels=lv)
+                c = (b_, M_, list(chunks), lv)                           # once for every alpha and vote
                 for i in idx:
-                    st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote)[0]), g, n, tolerance, ignore_index)
+                    st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote, tried[i].grey)[0]), g, n, tolerance, ignore_index)
                     sums[i] = _add_stats(sums[i], st)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index)))) for s, st in zip(tried, sums)]
     best = max(rows, key=lambda r: rank(r['boundary_f1'], r['miou']))   # the first of equals: the base unless something beats it
