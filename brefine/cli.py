@@ -281,6 +281,7 @@ def _refiner(bundle, checkpoint, protos, **options):
     else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     given, n = {k: v for k, v in options.items() if v is not None}, ref.prototypes.n_classes
     if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
+    if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
     ref.settings = replace(ref.settings, **given)
     return ref
 
@@ -327,6 +328,7 @@ def refine(images: str,               # folder of images (or one image file)
            tau: float = None,         # confidence gate: re-decide only pixels whose base top-1 probability is below it (default: the bundle's; 1: no gate)
            alpha: float = None,       # weight of the base log-probability in the choice (default: the bundle's, else 0)
            vote: int = None,          # majority-vote window: 0 (none) or odd (default: the bundle's, else none)
+           grey: float = None,        # the vote's grey-level weight: σ in grey levels, at least 1 (default: the bundle's; 0: none)
            palette_from: str = None,  # label PNG, or folder of them, whose palette the outputs copy (at most 256 classes)
            bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
            workers: int = 0,          # DataLoader worker processes reading images and scores
@@ -337,10 +339,11 @@ def refine(images: str,               # folder of images (or one image file)
     if vote and vote % 2 == 0: raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
     if tau is not None: as_float(tau, '--tau', 0, 1, " It gates on the base top-1 probability.")
     if alpha is not None: as_float(alpha, '--alpha', 0, hint=" It weighs the base log-probability.")
+    if grey: as_float(grey, '--grey', 1, hint=" It is the σ of the vote's grey-level weight, in grey levels; 0: no weight.")
     images, out = Path(images), Path(out)
     files, sfs = _refine_inputs(images, scores, learner)
     if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
-    ref = _refiner(bundle, checkpoint, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote)
+    ref = _refiner(bundle, checkpoint, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey)
     pal, pal_file = _palette(palette_from)
     if pal is not None and ref.prototypes.n_classes > 256:
         raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "

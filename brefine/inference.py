@@ -22,8 +22,8 @@ from .prototypes import Prototypes
 from .shared_backbone import reads_base, embed_with_base
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings', 'grey_levels',
-           'relabel', 'refine_predict', 'calibrate', 'Refiner']
+__all__ = ['GREY_PASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings',
+           'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 def _raw_hwc(a: np.ndarray):
@@ -376,6 +376,7 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
 
 # %% ../nbs/05_inference.ipynb #5cfbf161
 _CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
+GREY_PASSES = 2                                                           # passes of the vote with a grey-level weight
 
 def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK, levels=None) -> tuple:
     "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk, made as they are read: `list` them to read them again; the grey `levels`)."
@@ -397,10 +398,11 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
-    if done and grey is not None:
-        plane = _grey_plane(base, levels, vote // 2)                      # the chosen labels, before any is voted
-        for li, cand, allowed, pick in done: out.scatter_(0, li, _grey_vote(plane, li, cand, allowed, pick, vote, grey, base.shape))
-    elif done:
+    for _ in range(GREY_PASSES if done and grey is not None else 0):     # each pass reads the labels of the one before
+        plane = _grey_plane(base, levels, vote // 2)
+        voted = [_grey_vote(plane, li, cand, allowed, out.index_select(0, li), vote, grey, base.shape) for li, cand, allowed, _ in done]
+        for (li, *_), v in zip(done, voted): out.scatter_(0, li, v)
+    if done and grey is None:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     return base.long()

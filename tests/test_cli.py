@@ -256,7 +256,7 @@ def test_read_only_folder(small, tmp_path):
     finally: os.chmod(tmp_path/'out', 0o755)
 
 
-@pytest.mark.parametrize('opt, val', [('--top_n', 0), ('--top_n', 5), ('--radius', -1), ('--vote', 4), ('--vote', -1), ('--bs', 0),
+@pytest.mark.parametrize('opt, val', [('--top_n', 0), ('--top_n', 5), ('--radius', -1), ('--vote', 4), ('--vote', -1), ('--grey', 0.5), ('--bs', 0),
                                       ('--workers', -1)])
 def test_bad_settings(small, tmp_path, opt, val):
     "Impossible settings are refused before any work, naming the option (--top_n 5: more than the bundle's 4 classes)."
