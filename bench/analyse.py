@@ -17,7 +17,8 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   mean squared distance per dimension of the class's training band embeddings to E_c.
 - `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey] (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
-  F @ 3 px and post-processing milliseconds per image, and the base's scores.
+  F @ 3 px and post-processing milliseconds per image, and the base's scores; `--grey-passes 1 2 3` runs each setting with
+  a grey-level weight with that many vote passes.
 
 Usage (from the repository root):
 
@@ -53,6 +54,8 @@ def parse_args(argv=None):
     common.add_argument('--quick', action='store_true', help='the models of a --quick run, on its subset of the data')
     common.add_argument('--split', default='val', choices=('train', 'val', 'test'), help='test only to diagnose')
     common.add_argument('--embedder', default='separate', choices=('separate', 'shared'), help="the run's embedder")
+    common.add_argument('--train-blocks', type=int, default=0, help="the run's --train-blocks (shared embedder)")
+    common.add_argument('--bf16', action='store_true', help="the run's --bf16")
     common.add_argument('--threads', type=int, default=2, help='torch threads')
     common.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt and record it')
     blurb = dict(re.findall(r'^- `(\w+)`: (.*?)(?=^- `|\Z)', __doc__.split('\n\n')[2], re.S | re.M))
@@ -72,6 +75,8 @@ def parse_args(argv=None):
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey] (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
+    s.add_argument('--grey-passes', type=int, nargs='+', default=None, metavar='N',
+                   help="run the settings with a grey-level weight with each of these numbers of vote passes (default: the library's)")
     a, rest = p.parse_known_args(argv)
     if rest:                                             # settings given after options: argparse leaves them over
         if a.analysis != 'settings' or any(r.startswith('-') for r in rest): p.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -95,7 +100,7 @@ def iou(cm):
 def errors(a, ds, fs):
     import numpy as np, torch
     from brefine.band import batch_band
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16)
     n = ds.n_classes
     cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
     rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
@@ -127,7 +132,7 @@ def choice(a, ds, fs):
     from brefine.band import batch_band
     from brefine.learner import sample_features
     from brefine.inference import prepare_image
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = (0.3, 1, 3)
@@ -231,7 +236,7 @@ def settings(a, ds, fs):
     import torch
     from brefine.inference import prepare_image, relabel, grey_levels
     from brefine.metrics import mean_iou, boundary_f1
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16)
     cache, gts = [], []
     with torch.inference_mode():
         for f in fs:
@@ -246,13 +251,19 @@ def settings(a, ds, fs):
     print(f"{'setting':{w}s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
     m, b = score([p[0].argmax(0).numpy() for _, p, _ in cache])
     print(f"{'base':{w}s} {m:6.2f} {b:6.2f}")
-    with torch.inference_mode():
-        for s in tried:
-            t = time.perf_counter()
-            preds = [relabel(e, p, ref.prototypes, s, levels=lv)[0].numpy() for e, p, lv in cache]
-            dt = (time.perf_counter() - t) / len(cache)
-            m, b = score(preds)
-            print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}", flush=True)
+    import brefine.inference as inf
+    library = inf.GREY_PASSES
+    try:
+        with torch.inference_mode():
+            for s in tried:
+                for n in (a.grey_passes or [library]) if s.grey is not None else [None]:
+                    if n is not None: inf.GREY_PASSES = n
+                    t = time.perf_counter()
+                    preds = [relabel(e, p, ref.prototypes, s, levels=lv)[0].numpy() for e, p, lv in cache]
+                    dt = (time.perf_counter() - t) / len(cache)
+                    m, b = score(preds)
+                    print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}" + (f'  ({n} grey-level vote passes)' if n is not None else ''), flush=True)
+    finally: inf.GREY_PASSES = library
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -221,10 +221,10 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
-def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET):
+def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0, bf16: bool = False):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
-    f = cache_files(cache, ds, quick, embedder, emb_budget)
+    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16)
     for k in ('base', 'refiner'):
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
     base = load_base(f['base'], ds.n_classes)

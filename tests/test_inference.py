@@ -21,12 +21,12 @@ cases = st.tuples(st.integers(0, 10_000), st.integers(2, 7), st.integers(8, 40),
 
 @settings(**SETTINGS)
 @given(cases, st.integers(1, 7), st.integers(0, 4), st.sampled_from([None, 0.8, 0.5]), st.sampled_from([0., 0.3, 3.]),
-       st.sampled_from([0, 3, 5]))
-def test_band_only_and_topn(case, top_n, radius, tau, alpha, vote):
+       st.sampled_from([0, 3, 5, 9]), st.sampled_from([None, 10., 40.]))
+def test_band_only_and_topn(case, top_n, radius, tau, alpha, vote, grey):
     seed, M, H, W, stride = case
-    top_n = min(top_n, M)
+    top_n, grey = min(top_n, M), grey if vote else None
     emb, imgs, logits, protos = _case(seed, M, H, W, stride)
-    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote)
+    out = refine_predict(imgs, logits, emb, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey)
     probs = F.interpolate(logits.softmax(1), size=(H, W), mode='bilinear', align_corners=False)
     base = probs.argmax(1)
     band = batch_band(base, radius)
@@ -81,3 +81,13 @@ def test_shifted_boundary_is_restored_with_colour_embedder():
         out = refine_predict(img, probs, Colour(), protos, top_n=4, radius=2 * k)
         inner = (slice(k + 1, H - k - 1), slice(k + 1, W - k - 1))     # roll wraps around the border
         assert torch.equal(out[inner], gt[inner]), k
+
+@settings(**SETTINGS)
+@given(cases, st.sampled_from([3, 5, 9, 11]), st.sampled_from([1., 10., 1e6]))
+def test_grey_vote_batch_agrees(case, vote, grey):
+    "The vote with a grey-level weight gives each image of a batch the answer it gets alone."
+    seed, M, H, W, stride = case
+    emb, imgs, logits, protos = _case(seed, M, H, W, stride)
+    kw = dict(top_n=min(3, M), radius=3, vote=vote, grey=grey)
+    a = refine_predict(imgs, logits, emb, protos, **kw)
+    assert torch.equal(a, torch.stack([refine_predict(imgs[i], logits[i], emb, protos, **kw) for i in range(2)]))
