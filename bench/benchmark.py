@@ -349,7 +349,7 @@ def main(argv=None):
 
 def run(args, argv, dest):
     "The benchmark with parsed `args` (command-line arguments `argv`), writing the files `dest` names."
-    ds = setup(args)
+    ds, started = setup(args), provenance('bench/benchmark.py', argv)     # the commit whose code runs: taken before anything else
     log(f'{ds}; args', {k: str(v) for k, v in vars(args).items()})
     import numpy as np, torch
     try: import pydensecrf.densecrf  # fail early, before training
@@ -417,7 +417,7 @@ def run(args, argv, dest):
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
                  base_miou=cal['base_miou'], crf_images=n_crf),
-        stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **provenance('bench/benchmark.py', argv), seconds=round(seconds))
+        stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
     with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
     names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine'}
     lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
@@ -438,7 +438,7 @@ def run(args, argv, dest):
     with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
     if in_results(dest['md']):
-        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'log') if k in dest])
+        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'log') if k in dest], started=started)
         log(f"recorded {e['file']} in bench/results/manifest.json")
 
 if __name__ == '__main__':

@@ -54,14 +54,14 @@ def load() -> list:
     "The manifest's entries (none when it does not exist yet)."
     return json.loads(MANIFEST.read_text(encoding='utf-8')) if MANIFEST.exists() else []
 
-def record(name: str, results_path, argv, seconds, script: str | None = None, also=()) -> dict:
-    "Add the run that wrote `results_path` (under bench/results) to the manifest and regenerate the index; returns the entry."
+def record(name: str, results_path, argv, seconds, script: str | None = None, also=(), started: dict | None = None) -> dict:
+    "Add the run that wrote `results_path` (under bench/results) to the manifest and regenerate the index; returns the entry. `started`: the run's `provenance`, taken when it started (default: now)."
     results_path = Path(results_path).resolve()
     if not in_results(results_path): raise ValueError(f'{results_path} is not under {RESULTS}: only results there are recorded.')
     rel = lambda p: Path(p).resolve().relative_to(RESULTS.resolve()).as_posix()
     script = script or Path(sys.argv[0]).resolve().relative_to(REPO).as_posix()
     entry = dict(name=name, file=rel(results_path), **({'also': [rel(p) for p in also]} if also else {}),
-                 **provenance(script, argv), seconds=None if seconds is None else round(seconds, 1))
+                 **(started or provenance(script, argv)), seconds=None if seconds is None else round(seconds, 1))
     with _locked():
         entries = [e for e in load() if e['file'] != entry['file']] + [entry]
         _atomic_text(MANIFEST, json.dumps(entries, indent=1) + '\n')
@@ -141,14 +141,14 @@ def printout(script: str, argv, path=None, name: str | None = None):
 
     The file is written atomically once the block has finished without error; a failed run records nothing."""
     import time
-    t0, buf = time.perf_counter(), io.StringIO()
+    t0, buf, started = time.perf_counter(), io.StringIO(), provenance(script, argv)   # the commit whose code runs
     with tee_stdout(buf) if path else contextlib.nullcontext():
         print(f'$ {command(script, argv)}', flush=True)
         yield
     if path:
         path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_text(path, buf.getvalue())
-        e = record(name or path.stem, path, argv, time.perf_counter() - t0, script=script)
+        e = record(name or path.stem, path, argv, time.perf_counter() - t0, script=script, started=started)
         print(f"recorded bench/results/{e['file']} in bench/results/manifest.json", file=sys.stderr)
 
 def main_recorded(ap, name: str, run):
