@@ -334,10 +334,11 @@ def _grey_weights(sigma: float) -> torch.Tensor:
     d = torch.arange(-255, 256, dtype=torch.float64)
     return (d * d / (-2 * sigma * sigma)).exp().mul(1 << 16).round().int()
 
-def _lattice(k: int) -> list:
+@functools.lru_cache(maxsize=None)
+def _lattice(k: int) -> tuple:
     "Offsets of up to 5 evenly spread rows (or columns) of a k×k window, from −k//2 to k//2: all of them for k ≤ 5."
     r = k // 2
-    return torch.linspace(-r, r, min(k, 5)).round().long().unique().tolist()
+    return tuple(torch.linspace(-r, r, min(k, 5)).round().long().unique().tolist())
 
 
 # %% ../nbs/05_inference.ipynb #9b0cfff4
