@@ -440,7 +440,8 @@ def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
 
 # %% ../nbs/07_cli.ipynb #ffbe6b71
 COMMANDS = dict(train=train, prototypes=prototypes, refine=refine, evaluate=evaluate, demo=demo)
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError, OSError)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError, OSError,
+               FloatingPointError)   # a training run that diverged (StopOnNaN)
 
 def main(argv=None) -> int:
     "Entry point of the `brefine` command."

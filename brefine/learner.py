@@ -27,7 +27,7 @@ __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 
            'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state',
            'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter',
            'sample_features', 'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss',
-           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'refine_learner', 'ChannelsLastTraining',
+           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'StopOnNaN', 'refine_learner', 'ChannelsLastTraining',
            'BF16Training']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
@@ -476,6 +476,20 @@ def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
     net.backbone.load_state_dict({k: source[prefix + k] for k in keys}, strict=False)
     return len(keys)
 
+# %% ../nbs/03_learner.ipynb #e46c75ab
+class StopOnNaN(Callback):
+    "Raise a `FloatingPointError` when the loss or a gradient is NaN or infinite, before the optimiser step would write it into the weights."
+    order = -8
+    def _stop(self, what):
+        raise FloatingPointError(f"Training diverged: the {what} is NaN or infinite at epoch {self.epoch}, batch {self.iter}; the weights are "
+                                 "those before this batch. Lower the learning rate, or train in float32 (bf16=False).")
+    def after_loss(self):
+        if not torch.isfinite(self.learn.loss_grad.detach()).all(): self._stop('triplet loss')
+    def after_backward(self):
+        grads = [p.grad.sum() for p in self.learn.model.parameters() if p.grad is not None]
+        if grads and not torch.isfinite(torch.stack(grads).sum()): self._stop('gradient')
+
+
 # %% ../nbs/03_learner.ipynb #d150e740
 @delegates(EmbeddingNet, keep=True)
 def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
@@ -517,7 +531,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         if v is not None and not isinstance(v, bool): raise TypeError(f"{k} must be True or False, got {v!r}.")
     if channels_last is None: channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
     fast = ([ChannelsLastTraining()] if channels_last else []) + ([BF16Training()] if bf16 else [])
-    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
+    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb, StopOnNaN()] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
 
 # %% ../nbs/03_learner.ipynb #3bab19da
 def _channels_last(x):
