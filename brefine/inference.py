@@ -40,12 +40,16 @@ def _raw_hwc(a: np.ndarray):
     if t.shape[1] == 1: t = t.expand(-1, 3, -1, -1)  # grayscale -> RGB
     return t[:, :3], scale                            # RGBA -> RGB
 
+def _channel_stats(mean, std, device, dtype=torch.float32) -> tuple:
+    "The per-channel `mean` and `std` as (3,1,1) tensors, to broadcast over images (B,3,H,W)."
+    return tuple(torch.tensor(v, dtype=dtype, device=device)[:, None, None] for v in (mean, std))
+
 def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
     "Integer images (B,3,H,W), any strides, as contiguous float32 `(t/scale - mean)/std`: one conversion and two in-place passes."
     if t.shape[-1] == 0 or t.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(t.shape)}).")
     x = torch.empty(t.shape, dtype=torch.float32, device=t.device).copy_(t)
     if mean is None or std is None: return x.mul_(1 / scale)
-    m, s = (torch.tensor(v, dtype=torch.float32, device=t.device)[:, None, None] for v in (mean, std))
+    m, s = _channel_stats(mean, std, t.device)
     return x.mul_(1 / (scale * s)).sub_(m / s)
 
 def _check_prepared(x: torch.Tensor) -> torch.Tensor:
@@ -323,7 +327,7 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
 def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
     "The 8-bit grey levels (B,H,W) uint8, Rec. 601 luma, of images `x` (B,3,H,W) prepared by `prepare_image` with `mean` and `std`."
     if mean is not None and std is not None:
-        m, s = (torch.tensor(v, dtype=x.dtype, device=x.device)[:, None, None] for v in (mean, std))
+        m, s = _channel_stats(mean, std, x.device, x.dtype)
         x = x * s + m
     rgb = x.mul(255).round_().clamp_(0, 255).int()
     return ((rgb[:, 0] * 299 + rgb[:, 1] * 587 + rgb[:, 2] * 114 + 500) // 1000).to(torch.uint8)
