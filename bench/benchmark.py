@@ -5,11 +5,13 @@ One recipe for every data set (nothing is set by hand for one of them):
 1. base model: DeepLabV3-style MobileNetV2 at output stride 16 (torchvision's ImageNet `mobilenet_v2` features, the
    stride-32 block dilated, torchvision's `DeepLabHead`/ASPP with rates 6/12/18), trained with fastai on the training split
    (`fit_one_cycle`, cross-entropy with void ignored; the epoch with the best validation mIoU is kept).
-2. brefine embedder: `refine_learner(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384,
-   backbone_init=base.backbone, net_kwargs=dict(aspp_dim=64, decoder_dim=48))`, trained with `fit_one_cycle`;
-   prototypes from the training images without augmentation (`extract_prototypes`, radius 3). With `--embedder shared` the
-   embedder is instead a head on the base model's own features (`refine_learner(base=base_model, ...)`, a
-   `SharedEmbeddingNet`: the same ASPP and fusion sizes, the base model frozen), so that one base forward serves both.
+2. brefine embedder: what `refine_learner`'s defaults build, `refine_learner(dls, base=base_model)`: a
+   `SharedEmbeddingNet`, an ASPP + fusion head (32-d embeddings) on the base model's own features, trained together with
+   copies of the base backbone's last two blocks (`train_blocks`; the base model itself is frozen), 16384 triplets per
+   batch, float32, `fit_one_cycle`; one base forward then serves both. Prototypes from the training images without
+   augmentation (`extract_prototypes`, radius 3). `--embedder separate` trains an `EmbeddingNet` with a MobileNetV2 of
+   its own instead, started from the base model's backbone (`refine_learner(dls, backbone='mobilenet_v2',
+   backbone_init=base.backbone)`, the same head), the path for base models that are not PyTorch modules.
    Training length is a budget of pixels, not epochs per data set: the base model sees BASE_BUDGET_PX training pixels,
    the embedder EMB_BUDGET CamVid epochs (8 and 32 epochs of CamVid's 367 images at 360x480; --emb-budget sets the
    embedder's); the epochs follow from the data.
@@ -52,9 +54,8 @@ WEIGHTS = REPO.parent/'shared/weights/mobilenet_v2-b0353104.pth'
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CAMVID_EPOCH_PX = 367 * 360 * 480        # the training pixels of one epoch of CamVid's training split
 BASE_BUDGET_PX = 8 * CAMVID_EPOCH_PX     # training pixels for the base model
-EMB_BUDGET = 32                          # the embedder's training pixels, in CamVid epochs (--emb-budget)
-EMBEDDERS = {'separate': dict(backbone='mobilenet_v2', emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48)),
-             'shared': dict(emb_dim=32, n_triplets=16384, net_kwargs=dict(aspp_dim=64, decoder_dim=48))}   # refine_learner's arguments
+EMB_BUDGET = 32                          # the embedder's training pixels, in CamVid epochs (--emb-budget): brefine.learner.EMB_BUDGET_PX
+EMBEDDERS = {'separate': dict(backbone='mobilenet_v2'), 'shared': {}}   # refine_learner's arguments besides its defaults
 CRF_GRID = dict(sxy=(30, 50, 80), srgb=(3, 5, 10, 13), compat=(3, 5, 10))
 QUICK_CAL = dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 0.1), votes=(0, 5))
 QUICK_CRF = dict(sxy=(50,), srgb=(13,), compat=(4, 10))
@@ -62,15 +63,17 @@ QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
-def embedder_kwargs(kind: str, train_blocks: int = 0, bf16: bool = False) -> dict:
-    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head; `bf16`: bfloat16 mixed-precision training."
-    kw = dict(EMBEDDERS[kind], net_kwargs=dict(EMBEDDERS[kind]['net_kwargs']))
-    if train_blocks: kw['net_kwargs']['train_blocks'] = train_blocks
+def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False) -> dict:
+    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head (None: the default); `bf16`: bfloat16 mixed-precision training."
+    kw = dict(EMBEDDERS[kind])
+    if train_blocks is not None: kw['train_blocks'] = train_blocks
     if bf16: kw['bf16'] = True
     return kw
 
-def emb_file_name(kind: str, n_epochs: int, train_blocks: int = 0, bf16: bool = False) -> str:
+def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False) -> str:
     "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`)."
+    from brefine.shared_backbone import TRAIN_BLOCKS
+    if train_blocks is None: train_blocks = TRAIN_BLOCKS if kind == 'shared' else 0     # the default on this benchmark's base model
     name = EMB_FILES[kind].format(n_epochs)
     if train_blocks: name = name.replace('_tri', f'_tb{train_blocks}_tri')
     return name.replace('_tri', '_bf16_tri') if bf16 else name
@@ -100,19 +103,19 @@ def parse_args(argv=None):
     p.add_argument('--crf-val', type=int, default=20, help='validation images for the DenseCRF grid (evenly spaced)')
     p.add_argument('--seed', type=int, default=0, help='training seed (fastai set_seed)')
     p.add_argument('--train-only', action='store_true', help='stop after training (and caching) the models')
-    p.add_argument('--embedder', choices=sorted(EMBEDDERS), default='separate',
+    p.add_argument('--embedder', choices=sorted(EMBEDDERS), default='shared',
                    help="brefine's embedder: a MobileNetV2 of its own, started from the base model's backbone ('separate'), "
                         "or a head on the base model's own features ('shared')")
-    p.add_argument('--train-blocks', type=int, default=0, metavar='K',
-                   help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only)")
+    p.add_argument('--train-blocks', type=int, default=None, metavar='K',
+                   help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only; default: refine_learner's, 2)")
     p.add_argument('--bf16', action='store_true',
                    help="train the embedder in bfloat16 mixed precision (refine_learner's bf16=True: about 2x faster on CPUs with native bfloat16)")
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
     a = p.parse_args(argv)
-    if a.train_blocks and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
-    if a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
+    if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
+    if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
     if a.quick: a.threads = 1
@@ -149,10 +152,10 @@ def setup(args):
 def epochs(budget_px: int, ds, quick: bool) -> int:
     "Epochs that spend `budget_px` training pixels on `ds`'s training split at its training size."
     if quick: return 1
-    h, w = ds.train_size()
-    return max(1, round(budget_px / (len(ds.files('train')) * h * w)))
+    from brefine.learner import budget_epochs
+    return budget_epochs(len(ds.files('train')), ds.train_size(), budget_px)
 
-def cache_files(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0, bf16: bool = False) -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
     emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
@@ -221,7 +224,7 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
-def load_cached(cache, ds, quick: bool = False, embedder: str = 'separate', emb_budget: float = EMB_BUDGET, train_blocks: int = 0, bf16: bool = False):
+def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
     f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16)
@@ -393,8 +396,8 @@ def run(args, argv, dest):
             t = time.perf_counter(); preds['DenseCRF'].append(crf_predict(img, probs.numpy(), **crf_cfg)); tm['crf'].append(time.perf_counter() - t)
             with torch.inference_mode():                 # refine_predict in its two parts, each from the raw image
                 t = time.perf_counter(); x, _ = prepare_image(img, protos.mean, protos.std)
-                if args.embedder == 'shared':            # the head on the features of the base forward above (timed as the base's)
-                    _, low, high = embedder.features(x); t = time.perf_counter(); emb = embedder.head(low, high, embedding_size(x))
+                if args.embedder == 'shared':            # the base forward above gives the features (timed as the base's); brefine adds the copied blocks and the head
+                    _, low, deep = embedder.features(x); t = time.perf_counter(); emb = embedder.embed_features(low, deep, embedding_size(x))
                 else: emb = embedder(x)
                 t1 = time.perf_counter()
                 levels = grey_levels(x, protos.mean, protos.std) if ref.settings.grey is not None else None
@@ -412,7 +415,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16))),
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
@@ -424,7 +427,7 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {args.embedder} embedder {embedder_kwargs(args.embedder, args.train_blocks, args.bf16)}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
+             f'- brefine: {args.embedder} embedder refine_learner(dls, **{embedder_kwargs(args.embedder, args.train_blocks, args.bf16)}), config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']

@@ -94,14 +94,14 @@ def shared(H, W, a, post) -> dict:
     from brefine.inference import prepare_image
     from brefine.learner import embedding_size
     base = base_model(n_classes=11, pretrained=False).eval()
-    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
+    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0]
     size = embedding_size(prep())
     with torch.inference_mode():
-        _, low, high = net.features(prep(), whole=True)       # what the base forward's hooks capture
-        emb = net.head(low, high, size)
-    return dict(base=lambda: base(prep()), refine=lambda: post(net.head(low, high, size)), post=lambda: post(emb), emb=emb)
+        _, low, deep = net.features(prep(), whole=True)       # what the base forward's hooks capture
+        emb = net.embed_features(low, deep, size)
+    return dict(base=lambda: base(prep()), refine=lambda: post(net.embed_features(low, deep, size)), post=lambda: post(emb), emb=emb)
 
 PATHS = {'separate': separate, 'shared': shared}
 
@@ -165,6 +165,7 @@ def main():
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
+    ap.add_argument('--train-blocks', type=int, default=None, help="the shared path's copied base blocks (default: SharedEmbeddingNet's)")
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
     ap.add_argument('--vote', type=int, default=5)

@@ -55,7 +55,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           n_classes: int = None,      # number of classes, when there is no codes file
           void: int = None,           # label value of void pixels (CamVid: 11)
           backbone: str = 'mobilenet_v2', # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model
-          emb_dim: int = 64,          # embedding size
+          emb_dim: int = None,        # embedding size (default: `refine_learner`'s)
           epochs: int = 10,           # epochs of one-cycle training
           lr: float = 2e-3,           # maximum learning rate
           bs: int = 8,                # batch size (per process under DDP)

@@ -18,17 +18,17 @@ from fastcore.meta import delegates
 from fastai.callback.core import Callback, CancelBatchException
 from fastai.learner import Learner, Metric
 from fastai.torch_core import params, to_float
-from .core import atomic_save, safe_load, _model_of, _plain
+from .core import atomic_save, safe_load, _model_of, _plain, as_int, as_float
 importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune and lr_find on every Learner
 importlib.import_module('fastai.callback.progress')   # and no_bar
 
 # %% auto #0
-__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'torchvision_model',
-           'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2', 'embedder_state',
-           'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder', 'embedding_splitter',
-           'sample_features', 'band_features', 'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss',
-           'TripletCallback', 'ActiveTriplets', 'init_backbone', 'StopOnNaN', 'refine_learner', 'ChannelsLastTraining',
-           'BF16Training']
+__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'N_TRIPLETS', 'EMB_BUDGET_PX',
+           'torchvision_model', 'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2',
+           'embedder_state', 'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder',
+           'embedding_splitter', 'sample_features', 'band_features', 'feature_distance', 'triplet_losses',
+           'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets', 'init_backbone', 'StopOnNaN',
+           'refine_learner', 'budget_epochs', 'ChannelsLastTraining', 'BF16Training']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -138,8 +138,8 @@ def _check_images(x, training: bool, who: str):
 class EmbeddingHead(nn.Module):
     "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature, then a 1x1 convolution to `emb_dim` channels."
     def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 feature and of the deep feature
-                 emb_dim: int = 64, rates=(6, 12, 18), normalize: bool = True, # embedding channels, ASPP rates, unit-norm embeddings
-                 aspp_dim: int = 128, low_level_dim: int = 48, decoder_dim: int = 128, dropout: float = 0.1):  # as in `EmbeddingNet`
+                 emb_dim: int = 32, rates=(6, 12, 18), normalize: bool = True, # embedding channels, ASPP rates, unit-norm embeddings
+                 aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48, dropout: float = 0.1):  # as in `EmbeddingNet`
         super().__init__()
         _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
         self.aspp = ASPP(high_ch, list(rates), aspp_dim)
@@ -170,13 +170,13 @@ class EmbeddingNet(EmbeddingHead):
     stride = 4
     def __init__(self,
                  backbone: str = 'resnet18',  # torchvision resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model name
-                 emb_dim: int = 64,           # embedding channels C
+                 emb_dim: int = 32,           # embedding channels C
                  pretrained = True,           # ImageNet weights for the backbone: True (IMAGENET1K_V1), False, or a weights name
                  output_stride: int = 16,     # stride of the deep features: 16 or 8 (slower, finer)
                  normalize: bool = True,      # L2-normalise the embeddings (unit sphere)
-                 aspp_dim: int = 128,         # ASPP channels
+                 aspp_dim: int = 64,          # ASPP channels
                  low_level_dim: int = 48,     # channels of the reduced stride-4 backbone feature
-                 decoder_dim: int = 128,      # channels of the fusion convolutions
+                 decoder_dim: int = 48,       # channels of the fusion convolutions
                  dropout: float = 0.1,        # dropout after the ASPP projection
                 ):
         if not isinstance(backbone, str): raise TypeError(f"backbone must be a model name (str), got {type(backbone).__name__}.")
@@ -326,9 +326,11 @@ def _band_classes(mask, band, ignore_index=None):
     classes, cls = torch.unique(mask[b, y, x], return_inverse=True)
     return b, y, x, cls, classes
 
+N_TRIPLETS = 16384     # triplets per batch, by default
+
 def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
                     band: torch.Tensor,        # (B,H,W) bool band
-                    n: int = 4096,             # number of triplets
+                    n: int = N_TRIPLETS,       # number of triplets
                     negatives: str = 'nearby', # 'nearby': other class close to the anchor; 'uniform': any other class
                     ignore_index: int|None = None, # void label, never sampled
                     window: int = 15,          # side of the square searched for nearby negatives
@@ -373,7 +375,7 @@ def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
 # %% ../nbs/03_learner.ipynb #c77d1c61
 class TripletLoss:
     "fastai loss `(emb, mask, band) -> loss`: triplet loss on band pixels."
-    def __init__(self, margin: float = 0.5, n_triplets: int = 4096, distance: str = 'euclidean', negatives: str = 'nearby',
+    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS, distance: str = 'euclidean', negatives: str = 'nearby',
                  ignore_index: int|None = None, window: int = 15, reduction: str = 'mean'):
         if margin < 0: raise ValueError(f"margin must be >= 0, got {margin}.")
         if not isinstance(n_triplets, int) or n_triplets < 1: raise ValueError(f"n_triplets must be a positive int, got {n_triplets!r}.")
@@ -411,7 +413,7 @@ class TripletLoss:
 class TripletCallback(Callback):
     "Triplet training on band pixels: installs its `TripletLoss` as the loss and skips training batches with < 2 band classes."
     order = -5
-    def __init__(self, margin: float = 0.5, n_triplets: int = 4096, distance: str = 'euclidean', negatives: str = 'nearby',
+    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS, distance: str = 'euclidean', negatives: str = 'nearby',
                  ignore_index: int|None = None, window: int = 15):
         self.loss_func = TripletLoss(margin, n_triplets, distance, negatives, ignore_index, window)
         self.n_skipped = 0
@@ -494,10 +496,10 @@ class StopOnNaN(Callback):
 @delegates(EmbeddingNet, keep=True)
 def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
                    backbone: str = 'mobilenet_v2',  # see `EmbeddingNet`
-                   emb_dim: int = 64,             # embedding channels
+                   emb_dim: int = 32,             # embedding channels
                    margin: float = 0.5,           # triplet margin m
                    pretrained = True,             # ImageNet backbone weights (see `EmbeddingNet`)
-                   n_triplets: int = 4096,        # triplets per batch
+                   n_triplets: int = N_TRIPLETS,  # triplets per batch
                    distance: str = 'euclidean',   # 'euclidean' or 'cosine'
                    negatives: str = 'nearby',     # 'nearby' (hard, across the boundary) or 'uniform'
                    ignore_index: int|None = None, # void label, never sampled
@@ -532,6 +534,17 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
     if channels_last is None: channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
     fast = ([ChannelsLastTraining()] if channels_last else []) + ([BF16Training()] if bf16 else [])
     return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb, StopOnNaN()] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
+
+# %% ../nbs/03_learner.ipynb #81cd9061
+EMB_BUDGET_PX = 32 * 367 * 360 * 480     # the embedder's training pixels in the benchmarks: 32 epochs of CamVid's training split
+
+def budget_epochs(n_images: int,                # images in the training split
+                  size,                         # (H, W) of the training batches
+                  pixels: float = EMB_BUDGET_PX # training pixels to spend
+                 ) -> int:
+    "Epochs of `n_images` training images of `size` that spend about `pixels` training pixels (at least one)."
+    n, h, w = as_int(n_images, 'n_images', 1), as_int(size[0], 'size[0]', 1), as_int(size[1], 'size[1]', 1)
+    return max(1, round(as_float(pixels, 'pixels', 1) / (n * h * w)))
 
 # %% ../nbs/03_learner.ipynb #3bab19da
 def _channels_last(x):

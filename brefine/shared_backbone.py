@@ -14,7 +14,7 @@ from .core import _model_of
 from .learner import EmbeddingHead, embedding_size, _check_dims, _check_images
 
 # %% auto #0
-__all__ = ['feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
+__all__ = ['TRAIN_BLOCKS', 'feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -80,16 +80,21 @@ def feature_layers(base: nn.Module, low: str | None = None, high: str | None = N
     return low or at4[-1], high or list(found)[-1]
 
 # %% ../nbs/03b_shared_backbone.ipynb #c7c12e90
-def _trained_blocks(base: nn.Module, low: str, high: str, k: int) -> tuple:
-    "(copies of the `k` blocks of `base.backbone` that end with layer `high`, name of the first), or (None, None) for k=0."
+TRAIN_BLOCKS = 2     # blocks that train with the head by default, where the base's backbone has them
+
+def _trained_blocks(base: nn.Module, low: str, high: str, k: int|None) -> tuple:
+    "(copies of the `k` blocks of `base.backbone` that end with layer `high`, name of the first), or (None, None) for k=0; k=None: up to `TRAIN_BLOCKS`, as many as there are."
     if k == 0: return None, None
     bb = getattr(base, 'backbone', None)
     names = [f'backbone.{n}' for n, _ in bb.named_children()] if isinstance(bb, nn.Module) else []
     if high not in names:
+        if k is None: return None, None
         raise ValueError(f"train_blocks needs the deep layer to be a block of base.backbone ({names[-3:] or 'the model has no .backbone'}), not {high!r}.")
     end = names.index(high) + 1
     at = [i for i, n in enumerate(names) if low == n or low.startswith(n + '.')]
     free = end - 1 - at[0] if at else end
+    if k is None: k = min(TRAIN_BLOCKS, free)
+    if k == 0: return None, None
     if k > free: raise ValueError(f"train_blocks={k}, but base.backbone has {free} blocks after the low layer {low!r} up to {high!r}: train at most {free}.")
     return nn.Sequential(*[copy.deepcopy(m) for m in list(bb.children())[end - k:end]]), names[end - k]
 
@@ -101,11 +106,12 @@ class SharedEmbeddingNet(nn.Module):
                  emb_dim: int = 32, aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48,  # head sizes, see `EmbeddingNet`
                  normalize: bool = True, dropout: float = 0.1,    # unit-norm embeddings; dropout after the ASPP projection
                  low: str | None = None, high: str | None = None, # layer names (see `feature_layers`); automatic with a `.backbone`
-                 train_blocks: int = 0):                          # also train copies of the backbone's last blocks (0: the head only)
+                 train_blocks: int|None = None):                  # also train copies of the backbone's last blocks (0: the head only; None: `TRAIN_BLOCKS` where there are)
         super().__init__()
         if not isinstance(base, nn.Module): raise TypeError(f"base must be your segmentation model (an nn.Module), got {type(base).__name__}.")
         _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
-        if not isinstance(train_blocks, int) or train_blocks < 0: raise ValueError(f"train_blocks must be an int >= 0, got {train_blocks!r}.")
+        if train_blocks is not None and (not isinstance(train_blocks, int) or train_blocks < 0):
+            raise ValueError(f"train_blocks must be an int >= 0 (or None for the default), got {train_blocks!r}.")
         self._base = (base,)                                     # a tuple: nn.Module does not register the base model
         self.low, self.high = feature_layers(base, low, high)
         mods = dict(base.named_modules())
@@ -119,7 +125,7 @@ class SharedEmbeddingNet(nn.Module):
                                   aspp_dim, low_level_dim, decoder_dim, dropout)
         self.emb_dim, self.normalize, self._shapes = emb_dim, normalize, (low_ch, high_ch, high_stride)
         self.config = dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, normalize=normalize,
-                           dropout=dropout, low=self.low, high=self.high, train_blocks=train_blocks)
+                           dropout=dropout, low=self.low, high=self.high, train_blocks=0 if self.blocks is None else len(self.blocks))
         self.train()
 
     @property
@@ -128,26 +134,31 @@ class SharedEmbeddingNet(nn.Module):
 # %% ../nbs/03b_shared_backbone.ipynb #3816bbba
 @patch
 def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> tuple:
-    "(the base's output, or None unless `whole`; the low feature; the deep feature): the head's input, from one forward of the base model on `x`."
+    "(the base's output, or None unless `whole`; the low feature; the deep feature, or with `blocks` the input of the first copied block): what one forward of the base model on `x` gives the embedder."
     inputs = {k: m for k, m in self._hooked.items() if k == 'entry'}
     out, got = _capture(self.base, x, {k: m for k, m in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
     missing = [k for k in self._hooked if k not in got]
     if missing: raise RuntimeError(f"the forward of the base model did not run its layer(s) {missing} on this input.")
-    return out, got['low'], (got['high'] if self.blocks is None else self.blocks(got['entry']))
+    return out, got['low'], got['high'] if self.blocks is None else got['entry']
+
+@patch
+def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tensor, size) -> torch.Tensor:
+    "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, then the head -- all that the embedder adds to the base forward."
+    return self.head(low, deep if self.blocks is None else self.blocks(deep), size)
 
 @patch
 def forward(self: SharedEmbeddingNet, x: torch.Tensor) -> torch.Tensor:
     "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features."
     _check_images(x, self.training, 'SharedEmbeddingNet')
-    _, low, high = self.features(x)
-    return self.head(low, high, embedding_size(x))
+    _, low, deep = self.features(x)
+    return self.embed_features(low, deep, embedding_size(x))
 
 @patch
 def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
     "(the base model's output for `x`, as the base returns it; the embeddings), from one forward of the base model."
     _check_images(x, self.training, 'SharedEmbeddingNet')
-    out, low, high = self.features(x, whole=True)
-    return out, self.head(low, high, embedding_size(x))
+    out, low, deep = self.features(x, whole=True)
+    return out, self.embed_features(low, deep, embedding_size(x))
 
 # %% ../nbs/03b_shared_backbone.ipynb #469bdc42
 @patch

@@ -193,7 +193,7 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    codes: list = None,        # class names (taken from the checkpoint on `resume`)
                    void: int = None,          # label value of void pixels
                    backbone: str = 'mobilenet_v2', # see `EmbeddingNet`
-                   emb_dim: int = 64,         # embedding size
+                   emb_dim: int = None,       # embedding size (None: `refine_learner`'s)
                    epochs: int = 10,          # epochs of one-cycle training
                    lr: float = 2e-3,          # maximum learning rate
                    bs: int = 8,               # batch size (per process)
@@ -218,8 +218,8 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
     if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
     set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
     dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
-    net = dict(backbone=ck['config']['backbone'], emb_dim=ck['config']['emb_dim'], pretrained=False) if ck else \
-          dict(backbone=backbone, emb_dim=emb_dim, pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None)
+    net = dict(ck['config'], pretrained=False) if ck else dict(backbone=backbone, pretrained=pretrained, **({} if emb_dim is None else dict(emb_dim=emb_dim)),
+                                                             backbone_init=_state_dict(init_from) if init_from else None)
     learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, **net)
     mean, std = _norm_stats(dls.train)
     meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16)
