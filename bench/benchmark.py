@@ -30,8 +30,9 @@ rerun only evaluates; `load_cached` gives the cached base model and calibrated `
 
 To record a run, give it a name: `--record NAME` writes `bench/results/<dataset>/NAME.md`, `NAME.json`,
 `NAME_figure.png` and the run's log `NAME.log`, and adds the run to `bench/results/manifest.json` and its index
-(`bench/record.py`). A record is never overwritten: the run refuses to start when `NAME.md` exists. A run whose
-`--out` lies inside `bench/results` is recorded too, without its log.
+(`bench/record.py`). A record is never overwritten: the run refuses to start when `NAME.md` exists. A run with
+`--out bench/results` is the data set's headline: it writes `bench/results/<dataset>.json` and the rest there, its log
+in `bench/results/<dataset>/<dataset>.log`, and is recorded the same way.
 
 Usage (from the repository root; data read in place from $BREFINE_DATA, see `brefine.data.camvid` / `stanford_background`):
 
@@ -69,6 +70,11 @@ def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False
     if train_blocks is not None: kw['train_blocks'] = train_blocks
     if bf16: kw['bf16'] = True
     return kw
+
+def learner_call(args) -> str:
+    "The `refine_learner` call that trains the run's embedder, as text."
+    start = 'base=base_model' if args.embedder == 'shared' else 'pretrained=True, backbone_init=base_model.backbone'
+    return f"refine_learner(dls, {start}{''.join(f', {k}={v!r}' for k, v in embedder_kwargs(args.embedder, args.train_blocks, args.bf16).items())}, ignore_index=void)"
 
 def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False) -> str:
     "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`)."
@@ -128,7 +134,8 @@ def parse_args(argv=None):
 def outputs(args) -> dict:
     "The files a run writes: results table, JSON, figure, and with --record its log."
     if args.record is None:
-        return dict(md=args.out/f'{args.dataset}_results.md', json=args.out/f'{args.dataset}.json', png=args.out/f'{args.dataset}_figure.png')
+        out = dict(md=args.out/f'{args.dataset}_results.md', json=args.out/f'{args.dataset}.json', png=args.out/f'{args.dataset}_figure.png')
+        return dict(out, log=args.out/args.dataset/f'{args.dataset}.log') if in_results(out['md']) else out   # a headline run keeps its log
     return {k: args.out/f'{args.record}{s}' for k, s in dict(md='.md', json='.json', png='_figure.png', log='.log').items()}
 
 # ---------------------------------------------------------------------------------------------------------------- setup
@@ -342,8 +349,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     out = outputs(args)
-    if in_results(out['md']) and out['md'].exists():
-        sys.exit(f'{out["md"]} exists: a recorded run is never overwritten; choose another --record NAME.')
+    for f in (out['md'], out.get('log')):
+        if f is not None and in_results(f) and f.exists():
+            sys.exit(f'{f} exists: a recorded run is never overwritten; choose another --record NAME (or move the recorded run away).')
     with contextlib.ExitStack() as stack:
         if 'log' in out:                                 # a recorded run keeps its log
             out['log'].parent.mkdir(parents=True, exist_ok=True)
@@ -427,7 +435,7 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {args.embedder} embedder refine_learner(dls, **{embedder_kwargs(args.embedder, args.train_blocks, args.bf16)}), config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
+             f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']

@@ -81,7 +81,11 @@ The record of the measurements in `bench/`, one row per results file. This file 
   beside it.
 - `<dataset>/`: runs of `bench/benchmark.py <dataset> --record NAME` (`NAME.md`, `.json`, `_figure.png`, `.log`) and of
   `bench/analyse.py ... --record NAME` (`NAME.txt`).
-- the top level: the micro-benchmarks (`band.txt`, `learner.txt`, `metrics.txt`, `speed.txt`); each starts with its command.
+- the top level: each data set's headline run, `bench/benchmark.py <dataset> --out bench/results` with the defaults
+  (`<dataset>_results.md`, `<dataset>.json`, `<dataset>_figure.png`, and its log `<dataset>/<dataset>.log`), and the
+  micro-benchmarks (`band.txt`, `learner.txt`, `metrics.txt`, `speed.txt`); each starts with its command. The headline
+  runs made before the default embedder became the shared one are `<dataset>/<dataset>_separate.*`, moved there (the
+  manifest says so); their commands ran the separate embedder, then the default.
 
 Date and commit are those of the run. Where the run did not record them, the cells show in brackets the commit that
 recorded the file's content and its date; a command marked (reconstructed) was rebuilt from the `args:` line of the
