@@ -16,7 +16,8 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
 
 Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
 light one bench/benchmark.py trains); `shared`, a SharedEmbeddingNet head of the same sizes on the base model's own
-features, captured by the base forward that gives the scores (brefine adds the head and the post-processing). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
+features, captured by the base forward that gives the scores, with copies of the base's last two blocks by default
+(`--train-blocks`; brefine adds the copied blocks, the head and the post-processing). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
 closures over models built there, `post(emb)` being the post-processing; each path gives a row per size with the same
 fields, so another way of computing the embedding is one more such function in PATHS.
 
