@@ -366,6 +366,16 @@ def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple
     return _most(score * 2 + (cand == cur), cand, allowed)
 
 
+# %% ../nbs/05_inference.ipynb #400c88c2
+def _mixed(labels, k: int) -> torch.Tensor:
+    "Flat bool (B·H·W,): whether the k×k window around each pixel of `labels` (B,H,W) holds more than one label (nothing counted outside the image)."
+    if labels.device.type == 'cpu' and labels.dtype == torch.uint8:
+        ker = np.ones((k, k), np.uint8)
+        return torch.from_numpy(np.stack([cv2.dilate(m, ker) != cv2.erode(m, ker) for m in labels.numpy()]).reshape(-1))
+    x, r = labels[:, None].float(), k // 2
+    top = lambda t: F.max_pool2d(F.max_pool2d(t, (1, k), 1, (0, r)), (k, 1), 1, (r, 0))
+    return (top(x) != -top(-x)).view(-1)
+
 # %% ../nbs/05_inference.ipynb #88e4842a
 def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
     "P3 and P5's distances for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), the candidates' distances and base probabilities (N,K)."
@@ -404,9 +414,11 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
     for _ in range(GREY_PASSES if done and grey is not None else 0):     # each pass reads the labels of the one before
-        plane = _grey_plane(base, levels, vote // 2)
-        voted = [_grey_vote(plane, li, cand, allowed, out.index_select(0, li), vote, grey, base.shape) for li, cand, allowed, _ in done]
-        for (li, *_), v in zip(done, voted): out.scatter_(0, li, v)
+        plane, mixed, voted = _grey_plane(base, levels, vote // 2), _mixed(base, vote), []
+        for li, cand, allowed, _ in done:                                 # only pixels whose window holds several labels can change
+            j = mixed.index_select(0, li).nonzero()[:, 0]; li = li.index_select(0, j)
+            voted.append((li, _grey_vote(plane, li, cand.index_select(1, j), allowed.index_select(1, j), out.index_select(0, li), vote, grey, base.shape)))
+        for li, v in voted: out.scatter_(0, li, v)
     if done and grey is None:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
