@@ -7,8 +7,8 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
 - post-processing: everything `refine_predict` does after the embedder, as bench/benchmark.py runs it:
   `relabel(emb, base_probs(probs, x, False, softmax=False), protos, settings)` with `probs` the base model's softmax
   probabilities (M,H,W) at image size -- here scene-like 11-class probabilities (random classes on a 48-pixel grid,
-  smoothed), so the band has a realistic size; their top-1 stays below the 0.9 gate, so every band pixel is re-decided,
-  the slowest case;
+  smoothed), so the band has a realistic size; their top-1 stays below 0.9, so with a gate as without one every band
+  pixel is re-decided, the slowest case;
 - of which the floor: the steps of the post-processing that touch every pixel whatever the settings, the arg-max and the
   band of the arg-max map (`batch_band`), from the same probabilities;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
@@ -29,7 +29,7 @@ refine_over_base, post_over_base, peak_mem_over_base} -- and records both in ben
 same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other. Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
-        [--top-n 3 --radius 18 --tau 0.9 --alpha 0.1 --vote 5]   (defaults: the settings calibrated on CamVid val)
+        [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
 """
 import argparse, functools, importlib, importlib.util, json, os, sys, time
@@ -168,9 +168,9 @@ def main():
     ap.add_argument('--decoder-dim', type=int, default=48)
     ap.add_argument('--train-blocks', type=int, default=None, help="the shared path's copied base blocks (default: SharedEmbeddingNet's)")
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
-    ap.add_argument('--tau', type=float, default=0.9); ap.add_argument('--alpha', type=float, default=0.1)  # on CamVid val
-    ap.add_argument('--vote', type=int, default=5)
-    ap.add_argument('--grey', type=float, default=None, help="the vote's grey-level weight (default: none)")
+    ap.add_argument('--tau', type=lambda v: None if v.lower() == 'none' else float(v), default=None)   # on CamVid val
+    ap.add_argument('--alpha', type=float, default=0.1); ap.add_argument('--vote', type=int, default=11)
+    ap.add_argument('--grey', type=float, default=10., help="the vote's grey-level weight (0: none)")
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
     ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
