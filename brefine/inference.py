@@ -22,8 +22,8 @@ from .prototypes import Prototypes
 from .shared_backbone import reads_base, embed_with_base
 
 # %% auto #0
-__all__ = ['GREY_PASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs', 'RefineSettings',
-           'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
+__all__ = ['GREY_TABLE_CLASSES', 'GREY_PASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
+           'RefineSettings', 'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 def _raw_hwc(a: np.ndarray):
@@ -346,35 +346,57 @@ def _lattice(k: int) -> tuple:
 
 
 # %% ../nbs/05_inference.ipynb #9b0cfff4
-def _grey_plane(labels, grey, r: int) -> torch.Tensor:
-    "Flat int32 plane of `grey | label << 8` for labels and grey levels (B,H,W), padded by `r` with label −1."
-    return F.pad(labels.int().bitwise_left_shift(8).bitwise_or_(grey), (r, r, r, r), value=-256).view(-1)
+GREY_TABLE_CLASSES = 64                                                  # up to this many classes the weighted vote reads `_grey_table`
 
-def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple) -> torch.Tensor:
-    "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate whose class holds the largest sum of grey-level weights at the `k`-window's `_lattice` points (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
+def _grey_plane(labels, grey, r: int, M: int) -> torch.Tensor:
+    "Flat int32 plane of `label·512 + grey` for labels and grey levels (B,H,W), padded by `r` with label `M` (no class's)."
+    return F.pad(labels.int().bitwise_left_shift(9).bitwise_or_(grey), (r, r, r, r), value=M << 9).view(-1)
+
+@functools.lru_cache(maxsize=4)
+def _grey_table(sigma: float, M: int) -> torch.Tensor:
+    "float32 ((M+1)·512, M): row `l·512 + d + 255` holds the weight of the grey-level difference d in column l; label M's rows are 0."
+    t = torch.zeros(M + 1, 512, M)
+    t[torch.arange(M), :511, torch.arange(M)] = _grey_weights(sigma).float()
+    return t.view(-1, M)
+
+# %% ../nbs/05_inference.ipynb #beeb89eb
+def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torch.Tensor:
+    "int32 (N,K): for the candidates `cand` (N,K) of the plane positions `at` (K,) (`plane` `Wp` wide), the sums of grey-level weights at the `k`-window's `_lattice` points holding each one's class."
+    offs = torch.tensor([dy * Wp + dx for dy in _lattice(k) for dx in _lattice(k)], dtype=at.dtype, device=at.device)
+    g = 255 - (plane.index_select(0, at) & 511)                          # 255 − g₀: with a point's grey g, g − g₀ + 255 indexes the weights
+    if M <= GREY_TABLE_CLASSES:                                          # every class's sum in one pass over the table
+        rows = plane.index_select(0, (at[:, None] + offs).view(-1)).view(len(at), len(offs)).add_(g[:, None])
+        return F.embedding_bag(rows, _grey_table(float(sigma), M).to(plane.device), mode='sum').gather(1, cand.t().long()).t().int()
+    w, ci = _grey_weights(float(sigma)).to(at.device), cand.int()
+    score = torch.zeros(cand.shape, dtype=torch.int32, device=at.device)
+    for o in offs.tolist():
+        v = plane.index_select(0, at + o)
+        wv, lab = w.index_select(0, (v & 511).add_(g)), v >> 9
+        for j in range(len(ci)): score[j] += wv * (lab == ci[j])
+    return score
+
+def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple, M: int) -> torch.Tensor:
+    "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate (`cand`, `allowed` (N,K)) with the largest `_grey_scores` (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
     (B, H, W), r = size, k // 2
-    Wp = W + 2 * r
     b, y, x = _pixels(lin, B, H, W)
-    at = (b * (H + 2 * r) + y + r) * Wp + x + r
-    w, g0 = _grey_weights(float(sigma)).to(lin.device), (plane.index_select(0, at) & 255) - 255   # g − g0 is d + 255
-    score, ci = torch.zeros(cand.shape, dtype=torch.int32, device=lin.device), cand.int()
-    for dy in _lattice(k):
-        for dx in _lattice(k):
-            v = plane.index_select(0, at + (dy * Wp + dx))
-            wv, lab = w.index_select(0, (v & 255).sub_(g0)), v >> 8
-            for j in range(len(ci)): score[j] += wv * (lab == ci[j])
-    return _most(score * 2 + (cand == cur), cand, allowed)
-
+    at = (b * (H + 2 * r) + y + r) * (W + 2 * r) + x + r
+    if plane.numel() < 2 ** 31: at = at.int()                            # int32 positions: half the memory traffic
+    return _most(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M) * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05_inference.ipynb #400c88c2
-def _mixed(labels, k: int) -> torch.Tensor:
-    "Flat bool (B·H·W,): whether the k×k window around each pixel of `labels` (B,H,W) holds more than one label (nothing counted outside the image)."
-    if labels.device.type == 'cpu' and labels.dtype == torch.uint8:
-        ker = np.ones((k, k), np.uint8)
-        return torch.from_numpy(np.stack([cv2.dilate(m, ker) != cv2.erode(m, ker) for m in labels.numpy()]).reshape(-1))
-    x, r = labels[:, None].float(), k // 2
-    top = lambda t: F.max_pool2d(F.max_pool2d(t, (1, k), 1, (0, r)), (k, 1), 1, (r, 0))
-    return (top(x) != -top(-x)).view(-1)
+def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
+    "`op` (`torch.maximum` or `torch.minimum`) of `x` (B,H,W) over the `_lattice` points of the k×k window around each pixel, `fill` outside the image."
+    r, L, (H, W) = k // 2, _lattice(k), x.shape[-2:]
+    p = F.pad(x, (r, r, r, r), value=fill)
+    rows = functools.reduce(op, [p[..., r + d:r + d + W] for d in L])
+    return functools.reduce(op, [rows[..., r + d:r + d + H, :] for d in L])
+
+def _revote(labels, k: int, before=None) -> torch.Tensor:
+    "Flat bool (B·H·W,): the pixels of `labels` (B,H,W) whose weighted vote can change them -- more than one label at the k-window's lattice points and, after a pass from the labels `before`, a change at one of them."
+    lo, hi = (f(labels.dtype) for f in (lambda t: torch.iinfo(t).min, lambda t: torch.iinfo(t).max))
+    redo = _lattice_reduce(labels, k, torch.maximum, lo) != _lattice_reduce(labels, k, torch.minimum, hi)
+    if before is not None: redo &= _lattice_reduce((labels != before).view(torch.uint8), k, torch.maximum, 0).bool()
+    return redo.view(-1)
 
 # %% ../nbs/05_inference.ipynb #88e4842a
 def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
@@ -413,11 +435,12 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
+    before = None
     for _ in range(GREY_PASSES if done and grey is not None else 0):     # each pass reads the labels of the one before
-        plane, mixed, voted = _grey_plane(base, levels, vote // 2), _mixed(base, vote), []
-        for li, cand, allowed, _ in done:                                 # only pixels whose window holds several labels can change
-            j = mixed.index_select(0, li).nonzero()[:, 0]; li = li.index_select(0, j)
-            voted.append((li, _grey_vote(plane, li, cand.index_select(1, j), allowed.index_select(1, j), out.index_select(0, li), vote, grey, base.shape)))
+        redo, plane, before, voted = _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), base.clone(), []
+        for li, cand, allowed, _ in done:                                 # only the pixels the vote can change
+            j = redo.index_select(0, li).nonzero()[:, 0]; li = li.index_select(0, j)
+            voted.append((li, _grey_vote(plane, li, cand.index_select(1, j), allowed.index_select(1, j), out.index_select(0, li), vote, grey, base.shape, M)))
         for li, v in voted: out.scatter_(0, li, v)
     if done and grey is None:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
