@@ -2,8 +2,8 @@
 
 For refactoring: the code of the working tree and the code of git revision `--against` each load the cached base model,
 embedder and prototypes of `bench/benchmark.py DATASET`, refine every `--every`-th validation image with four
-settings (and once with the base model itself as `probs`, for the first three images), and calibrate over a
-33-setting grid. The two sets of label maps and calibration tables are compared: identical, or how many pixels and
+settings, and two with the grey-level weighted vote where both versions have it (and once with the base model itself as
+`probs`, for the first three images), and calibrate over a 33-setting grid (49 with the weighted vote). The two sets of label maps and calibration tables are compared: identical, or how many pixels and
 rows differ. The other version runs from a temporary `git worktree` of the revision, removed afterwards.
 
 Usage (from the repository root):
@@ -19,6 +19,7 @@ from record import RESULTS, printout
 
 SETTINGS = [dict(top_n=3, radius=18, tau=None, alpha=0.1, vote=5), dict(top_n=2, radius=10, tau=0.9, alpha=0., vote=9),
             dict(top_n=3, radius=4, tau=0.7, alpha=0.3, vote=0), dict(top_n=2, radius=14, tau=None, alpha=0., vote=11)]
+GREY_SETTINGS = [dict(top_n=3, radius=18, tau=None, alpha=0.1, vote=11, grey=10.), dict(top_n=2, radius=10, tau=0.9, alpha=0.3, vote=9, grey=10.)]
 GRID = dict(radii=(4, 18), top_ns=(2, 3), taus=(None, 0.9), alphas=(0., 0.1), votes=(0, 9))
 
 def answers(dataset: str, cache: Path, every: int, out: Path):
@@ -30,14 +31,19 @@ def answers(dataset: str, cache: Path, every: int, out: Path):
     torch.set_num_threads(1)
     ds = B.load_dataset(dataset)
     f = B.cache_files(cache, ds)
-    base, emb, protos = B.load_base(f['base'], ds.n_classes), load_embedder(f['embedder']).eval(), Prototypes.load(f['prototypes'])
+    base = B.load_base(f['base'], ds.n_classes)
+    shared = dict(base=base) if 'base' in inspect.signature(load_embedder).parameters else {}   # an embedder that reads the base's features
+    emb, protos = load_embedder(f['embedder'], **shared).eval(), Prototypes.load(f['prototypes'])
     imgs, gts = zip(*[ds.read(fn) for fn in ds.files('val')[::every]])
     probs = [B.base_probs_of(base, im) for im in imgs]
     flat = lambda maps: np.concatenate([np.asarray(m).ravel() for m in maps])      # images of several sizes
     maps = {f'setting {i}': flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs)) for i, s in enumerate(SETTINGS)}
     maps['base model as probs'] = flat(refine_predict(im, base, emb, protos, **SETTINGS[0]) for im in imgs[:3])
-    plain = dict(greys=(None,)) if 'greys' in inspect.signature(calibrate).parameters else {}   # the grid every version has
-    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **plain)
+    grey = 'greys' in inspect.signature(calibrate).parameters and os.environ.get('SAME_OUTPUT_GREY') == '1'
+    for i, s in enumerate(GREY_SETTINGS if grey else []):
+        maps[f'grey setting {i}'] = flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs))
+    greys = dict(greys=(None, 10.) if grey else (None,)) if 'greys' in inspect.signature(calibrate).parameters else {}
+    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **greys)
     np.savez_compressed(f'{out}.npz', **maps)
     Path(f'{out}.json').write_text(json.dumps([[r['boundary_f1'], r['miou']] for r in cal['table']]))
 
@@ -72,6 +78,9 @@ def main(argv=None):
         env['BREFINE_DATA'] = str(B.DATA)                                   # the same data for both
         subprocess.run(['git', 'worktree', 'add', '--detach', str(d/'other'), a.against], cwd=B.REPO, check=True, capture_output=True)
         try:
+            have = lambda root: subprocess.run([sys.executable, '-c', 'import brefine.inference as i; i.grey_levels'], cwd=root,
+                                               env=dict(env, PYTHONPATH=str(root)), capture_output=True).returncode == 0
+            env['SAME_OUTPUT_GREY'] = '1' if have(B.REPO) and have(d/'other') else '0'   # the weighted vote where both have it
             me = Path(__file__).resolve()
             (d/'other/bench'/me.name).write_text(me.read_text())          # run there with that version's bench/ and brefine/
             for name, root in (('this', B.REPO), ('other', d/'other')):
