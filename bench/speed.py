@@ -27,7 +27,8 @@ refine_over_base, post_over_base, peak_mem_over_base} -- and records both in ben
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
 `brefine_before` from a temporary copy), or `--before FILE` that of another copy of brefine/inference.py alone, in the
 same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
-function (cProfile), for the current version and with --before for the other. Usage:
+function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
+the embedder (forward hooks). Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
@@ -85,7 +86,8 @@ def separate(H, W, a, post) -> dict:
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0]
     with torch.inference_mode(): emb = emb_net(prep())          # the embedding the post-processing alone works on
-    return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb)
+    return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb,
+                embedding=(emb_net, lambda: emb_net(prep())))
 
 def shared(H, W, a, post) -> dict:
     "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet`); the base forward that gives the scores also gives the head's input, so brefine adds the head and the post-processing."
@@ -102,7 +104,8 @@ def shared(H, W, a, post) -> dict:
     with torch.inference_mode():
         _, low, deep = net.features(prep(), whole=True)       # what the base forward's hooks capture
         emb = net.embed_features(low, deep, size)
-    return dict(base=lambda: base(prep()), refine=lambda: post(net.embed_features(low, deep, size)), post=lambda: post(emb), emb=emb)
+    return dict(base=lambda: base(prep()), refine=lambda: post(net.embed_features(low, deep, size)), post=lambda: post(emb), emb=emb,
+                embedding=(net, lambda: net.embed_features(low, deep, size)))
 
 PATHS = {'separate': separate, 'shared': shared}
 
@@ -117,7 +120,7 @@ def stages(path: str, H, W, a) -> dict:
                         train_radius=3, mean=a.mean, std=a.std)
     x = torch.zeros(1, 3, H, W)                                  # the prepared image: base_probs reads its size
     st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
-    emb = st.pop('emb')
+    emb, st['_embedding'] = st.pop('emb'), st.pop('embedding')
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
     if a.before:
         inf_b = _before(a.before)
@@ -130,6 +133,7 @@ def stages(path: str, H, W, a) -> dict:
 def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike)."
     import torch
+    st = {k: f for k, f in st.items() if not k.startswith('_')}
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
@@ -160,6 +164,29 @@ def profile(f, repeats: int, ours, top: int = 16) -> list:
         elif file == '~': calls.append((tt, nc, name.replace("<method '", '').replace("<built-in method ", '').split("'")[0].split(' ')[0].rstrip('>')))
     per = lambda rows: [(t / repeats * 1e3, n / repeats, nm) for t, n, nm in sorted(rows, reverse=True)[:top]]
     return per(mine) + [None] + per(calls)
+
+def embedding_parts(net, f, repeats: int) -> list:
+    "Where the embedding's time goes: (ms per call, part) for each top-level module of the embedder `net` (an `EmbeddingHead`'s own parts spelled out), timed by forward hooks over `repeats` calls of `f`, and the rest of `f` (interpolation, concatenation, normalisation)."
+    import torch
+    from brefine.learner import EmbeddingHead
+    parts = {}
+    for n, m in net.named_children():
+        sub = dict(m.named_children()) if isinstance(m, EmbeddingHead) else {}
+        parts.update({f'{n}.{k}': c for k, c in sub.items()} if sub else {n: m})
+    spent, start, hooks = dict.fromkeys(parts, 0.), {}, []
+    for n, m in parts.items():
+        hooks.append(m.register_forward_pre_hook(lambda mod, args, n=n: start.__setitem__(n, time.perf_counter())))
+        hooks.append(m.register_forward_hook(lambda mod, args, out, n=n: spent.__setitem__(n, spent[n] + time.perf_counter() - start[n])))
+    try:
+        with torch.inference_mode():
+            f(); spent.update(dict.fromkeys(parts, 0.))           # warm-up
+            t = time.perf_counter()
+            for _ in range(repeats): f()
+            total = time.perf_counter() - t
+    finally:
+        for h in hooks: h.remove()
+    rows = [(v / repeats * 1e3, n) for n, v in spent.items()]
+    return rows + [((total - sum(spent.values())) / repeats * 1e3, 'the rest: interpolation, concatenation, normalisation')]
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -201,6 +228,8 @@ def run(a):
                     print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
                     ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
                     for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
+                print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(st["_embedding"][0]).__name__}')
+                for ms, n in embedding_parts(*st['_embedding'], a.repeats): print(f'    {ms:9.2f}  {n}')
     if a.record:
         path, tmp = RESULTS/'speed.json', RESULTS/f'.speed.json.{os.getpid()}.tmp'
         tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
