@@ -393,8 +393,8 @@ def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
 
 def _revote(labels, k: int, before=None) -> torch.Tensor:
     "Flat bool (B·H·W,): the pixels of `labels` (B,H,W) whose weighted vote can change them -- more than one label at the k-window's lattice points and, after a pass from the labels `before`, a change at one of them."
-    lo, hi = (f(labels.dtype) for f in (lambda t: torch.iinfo(t).min, lambda t: torch.iinfo(t).max))
-    redo = _lattice_reduce(labels, k, torch.maximum, lo) != _lattice_reduce(labels, k, torch.minimum, hi)
+    info = torch.iinfo(labels.dtype)                                     # outside the image: no label
+    redo = _lattice_reduce(labels, k, torch.maximum, info.min) != _lattice_reduce(labels, k, torch.minimum, info.max)
     if before is not None: redo &= _lattice_reduce((labels != before).view(torch.uint8), k, torch.maximum, 0).bool()
     return redo.view(-1)
 
