@@ -2,9 +2,9 @@
 
 For refactoring: the code of the working tree and the code of git revision `--against` each load the cached base model,
 embedder and prototypes of `bench/benchmark.py DATASET`, refine every `--every`-th validation image with four
-settings, and two with the grey-level weighted vote where both versions have it (and once with the base model itself as
-`probs`, for the first three images), and calibrate over a 33-setting grid (49 with the weighted vote). The two sets of label maps and calibration tables are compared: identical, or how many pixels and
-rows differ. The other version runs from a temporary `git worktree` of the revision, removed afterwards.
+settings, and two with the grey-level weighted vote where both versions have it (and once with the base model itself
+as `probs`, for the first three images), and calibrate over a 33-setting grid (49 with the weighted vote). The two sets
+of label maps and calibration tables are compared: identical, or how many pixels and rows differ. The other version runs from a temporary `git worktree` of the revision, removed afterwards.
 
 Usage (from the repository root):
 
@@ -39,10 +39,11 @@ def answers(dataset: str, cache: Path, every: int, out: Path):
     flat = lambda maps: np.concatenate([np.asarray(m).ravel() for m in maps])      # images of several sizes
     maps = {f'setting {i}': flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs)) for i, s in enumerate(SETTINGS)}
     maps['base model as probs'] = flat(refine_predict(im, base, emb, protos, **SETTINGS[0]) for im in imgs[:3])
-    grey = 'greys' in inspect.signature(calibrate).parameters and os.environ.get('SAME_OUTPUT_GREY') == '1'
+    has_greys = 'greys' in inspect.signature(calibrate).parameters
+    grey = has_greys and os.environ.get('SAME_OUTPUT_GREY') == '1'      # the weighted vote, where both versions have it
     for i, s in enumerate(GREY_SETTINGS if grey else []):
         maps[f'grey setting {i}'] = flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs))
-    greys = dict(greys=(None, 10.) if grey else (None,)) if 'greys' in inspect.signature(calibrate).parameters else {}
+    greys = dict(greys=(None, 10.) if grey else (None,)) if has_greys else {}
     cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **greys)
     np.savez_compressed(f'{out}.npz', **maps)
     Path(f'{out}.json').write_text(json.dumps([[r['boundary_f1'], r['miou']] for r in cal['table']]))

@@ -109,8 +109,8 @@ def shared(H, W, a, post) -> dict:
 
 PATHS = {'separate': separate, 'shared': shared}
 
-def stages(path: str, H, W, a) -> dict:
-    "The closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing."
+def stages(path: str, H, W, a) -> tuple:
+    "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing; the path's (embedder, embedding closure))."
     import torch
     from brefine import Prototypes, batch_band
     import brefine.inference as inf
@@ -120,7 +120,7 @@ def stages(path: str, H, W, a) -> dict:
                         train_radius=3, mean=a.mean, std=a.std)
     x = torch.zeros(1, 3, H, W)                                  # the prepared image: base_probs reads its size
     st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
-    emb, st['_embedding'] = st.pop('emb'), st.pop('embedding')
+    emb, embedding = st.pop('emb'), st.pop('embedding')
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
     if a.before:
         inf_b = _before(a.before)
@@ -128,12 +128,11 @@ def stages(path: str, H, W, a) -> dict:
             protos.vectors, protos.counts, train_radius=3, mean=a.mean, std=a.std)          # the other package checks its own class
         before = post_processing(inf_b, probs, x, protos_b, a)
         st['before'] = lambda: before(emb)
-    return st
+    return st, embedding
 
 def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike)."
     import torch
-    st = {k: f for k, f in st.items() if not k.startswith('_')}
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
@@ -213,7 +212,7 @@ def run(a):
     rows = []
     for path in a.paths:
         for H, W in SIZES:
-            st = stages(path, H, W, a)
+            st, embedding = stages(path, H, W, a)
             tm, mem = timings(st, a.repeats), {k: peak_mib(st[k]) for k in ('base', 'refine', 'post')}
             row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
                        post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
@@ -228,8 +227,8 @@ def run(a):
                     print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
                     ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
                     for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
-                print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(st["_embedding"][0]).__name__}')
-                for ms, n in embedding_parts(*st['_embedding'], a.repeats): print(f'    {ms:9.2f}  {n}')
+                print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(embedding[0]).__name__}')
+                for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')
     if a.record:
         path, tmp = RESULTS/'speed.json', RESULTS/f'.speed.json.{os.getpid()}.tmp'
         tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
