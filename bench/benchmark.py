@@ -23,13 +23,17 @@ One recipe for every data set (nothing is set by hand for one of them):
    boundary F @ 3 px, trimap IoU @ 5 px, and seconds per image of the base forward, DenseCRF and brefine (embedder
    forward + post-processing, each from the raw image).
 
+`--post-budget F` restricts step 3 to the settings whose post-processing took at most F times the base forward, both
+timed on the validation images (`calibrate(..., max_seconds=)`): the best trade within a cost.
+
 Writes `<out>/<dataset>_results.md` (table), `<out>/<dataset>.json` ({"base", "densecrf", "brefine"} each with miou,
 boundary_iou, boundary_f1, trimap_iou as fractions and seconds_per_image; "settings", "command", "git_commit", "date",
-"machine", "seconds") and `<out>/<dataset>_figure.png`. Models are cached in `--cache` (`cache_files` names them), so a
+"machine", "seconds"), `<out>/<dataset>_figure.png` and `<out>/<dataset>_calibration.json` (every setting calibration
+tried, with its validation scores and post-processing seconds per image, and the base forward's). Models are cached in `--cache` (`cache_files` names them), so a
 rerun only evaluates; `load_cached` gives the cached base model and calibrated `Refiner` to other scripts and notebooks.
 
 To record a run, give it a name: `--record NAME` writes `bench/results/<dataset>/NAME.md`, `NAME.json`,
-`NAME_figure.png` and the run's log `NAME.log`, and adds the run to `bench/results/manifest.json` and its index
+`NAME_figure.png`, `NAME_calibration.json` and the run's log `NAME.log`, and adds the run to `bench/results/manifest.json` and its index
 (`bench/record.py`). A record is never overwritten: the run refuses to start when `NAME.md` exists. A run with
 `--out bench/results` is the data set's headline: it writes `bench/results/<dataset>.json` and the rest there, its log
 in `bench/results/<dataset>/<dataset>.log`, and is recorded the same way.
@@ -116,12 +120,16 @@ def parse_args(argv=None):
                    help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only; default: refine_learner's, 2)")
     p.add_argument('--bf16', action='store_true',
                    help="train the embedder in bfloat16 mixed precision (refine_learner's bf16=True: about 2x faster on CPUs with native bfloat16)")
+    p.add_argument('--post-budget', type=float, default=None, metavar='FRACTION',
+                   help="choose brefine's settings among those whose post-processing takes at most FRACTION of the base forward, "
+                        "both timed on the validation images (calibrate's max_seconds; default: no limit)")
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
     a = p.parse_args(argv)
     if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
+    if a.post_budget is not None and not a.post_budget > 0: p.error(f'--post-budget must be > 0, got {a.post_budget}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
     if a.quick: a.threads = 1
@@ -134,9 +142,10 @@ def parse_args(argv=None):
 def outputs(args) -> dict:
     "The files a run writes: results table, JSON, figure, and with --record its log."
     if args.record is None:
-        out = dict(md=args.out/f'{args.dataset}_results.md', json=args.out/f'{args.dataset}.json', png=args.out/f'{args.dataset}_figure.png')
+        out = dict(md=args.out/f'{args.dataset}_results.md', json=args.out/f'{args.dataset}.json', png=args.out/f'{args.dataset}_figure.png',
+                   table=args.out/f'{args.dataset}_calibration.json')
         return dict(out, log=args.out/args.dataset/f'{args.dataset}.log') if in_results(out['md']) else out   # a headline run keeps its log
-    return {k: args.out/f'{args.record}{s}' for k, s in dict(md='.md', json='.json', png='_figure.png', log='.log').items()}
+    return {k: args.out/f'{args.record}{s}' for k, s in dict(md='.md', json='.json', png='_figure.png', log='.log', table='_calibration.json').items()}
 
 # ---------------------------------------------------------------------------------------------------------------- setup
 def load_dataset(name: str, root=None, quick: bool = False):
@@ -382,12 +391,15 @@ def run(args, argv, dest):
 
     with stage('val: base probabilities'):
         vimgs, vgts = zip(*[ds.read(f) for f in ds.files('val')])
-        vprobs = [base_probs_of(base, im) for im in vimgs]
-    ref = Refiner(embedder, protos)
+        base_probs_of(base, vimgs[0]); vprobs, vbase_s = [], 0.           # warm-up; then the base forward, timed
+        for im in vimgs: t = time.perf_counter(); vprobs.append(base_probs_of(base, im)); vbase_s += (time.perf_counter() - t) / len(vimgs)
+    ref, budget = Refiner(embedder, protos), None if args.post_budget is None else args.post_budget * vbase_s
     with stage('val: brefine calibrate'):
-        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, **(QUICK_CAL if args.quick else {}))
+        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, **(QUICK_CAL if args.quick else {}))
         log(f'  brefine {ref.settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
-            f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}; {len(cal["table"])} settings)')
+            f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}; {len(cal["table"])} settings'
+            + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
+        with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
         ref.save(args.cache/f'refiner_{emb_file.stem}')
     with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
     del vprobs
@@ -427,7 +439,7 @@ def run(args, argv, dest):
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
-                 base_miou=cal['base_miou'], crf_images=n_crf),
+                 base_miou=cal['base_miou'], crf_images=n_crf, base_forward_seconds=vbase_s, post_budget_seconds=budget),
         stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
     with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
     names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine'}
@@ -435,7 +447,8 @@ def run(args, argv, dest):
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
-             f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}',
+             f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}'
+             + ('' if budget is None else f', the best of the settings whose post-processing took at most {args.post_budget:g}x the base forward on val ({1000 * budget:.1f} ms per image)'),
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']
@@ -449,7 +462,7 @@ def run(args, argv, dest):
     with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
     if in_results(dest['md']):
-        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'log') if k in dest], started=started)
+        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'table', 'log') if k in dest], started=started)
         log(f"recorded {e['file']} in bench/results/manifest.json")
 
 if __name__ == '__main__':

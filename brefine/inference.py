@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_inference.ipynb #8063c0bc
 from __future__ import annotations
-import json, os, re, math, secrets, contextlib, itertools, functools
+import json, os, re, math, secrets, contextlib, itertools, functools, time
 from dataclasses import dataclass, replace, asdict, fields
 from functools import partial
 from pathlib import Path
@@ -529,8 +529,13 @@ OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
+def _timed(f, *args) -> tuple:
+    "(`f(*args)`, the seconds it took)."
+    t = time.perf_counter(); r = f(*args)
+    return r, time.perf_counter() - t
+
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
-    "The embedder's features, the base probabilities and (with `grey`) the grey levels of each validation image (run once), and the ground truths as numpy."
+    "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
     scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
@@ -541,8 +546,35 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, g
         for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
             p, emb = _scores_and_embedding(model, sc, x, False)
-            cache.append((emb, p, grey_levels(x, prototypes.mean, prototypes.std) if grey else None))
+            cache.append((emb, p, *(_timed(grey_levels, x, prototypes.mean, prototypes.std) if grey else (None, 0.))))
     return cache, gts_
+
+# %% ../nbs/05_inference.ipynb #a58c1c28
+def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index) -> tuple:
+    "For each setting in `tried`: the metrics' statistics summed over the images of `cache` (from `_calibration_inputs`) and `gts`, and its post-processing seconds per image (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision)."
+    from brefine.metrics import _bf_miou_stats, _add_stats
+    n, groups = prototypes.n_classes, {}                                 # the settings that share a radius, a gate and a top-N
+    for i, s in enumerate(tried): groups.setdefault((s.radius, s.tau, s.top_n), []).append(i)
+    sums, secs = [None] * len(tried), [0.] * len(tried)
+    with torch.inference_mode():
+        for (e, p, lv, t_lv), g in zip(cache, gts):
+            a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
+            for idx in groups.values():
+                (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, tried[idx[0]].for_classes(n), _CHUNK, lv)
+                chunks, t_l = _timed(list, chunks)                          # the chunks are made as they are listed
+                for i in idx:                                                # once for every alpha and vote
+                    out, t_d = _timed(_decide, (b_, M_, chunks, lv), tried[i].alpha, tried[i].vote, tried[i].grey)
+                    secs[i] += t_a + t_c + t_l + t_d + (t_lv if tried[i].grey is not None else 0.)
+                    sums[i] = _add_stats(sums[i], _bf_miou_stats(to_numpy(out[0]), g, n, tolerance, ignore_index))
+    return sums, [t / max(len(cache), 1) for t in secs]
+
+
+# %% ../nbs/05_inference.ipynb #2024e5a9
+def _best(rows: list, rank, max_seconds: float|None = None) -> dict:
+    "The row of the calibration table `rows` (the base answer first) that `rank` puts highest among the base answer and the settings that take at most `max_seconds`; the first of equals, so the base unless a setting beats it."
+    fits = [r for r in rows[1:] if max_seconds is None or r['seconds'] <= max_seconds]
+    return max(rows[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
+
 
 # %% ../nbs/05_inference.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
@@ -560,32 +592,24 @@ def calibrate(embedder,                       # the embedder (or Learner)
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
+              max_seconds: float|None = None, # the most post-processing time per image a chosen setting may take, as timed here (None: any)
               progress: bool = True) -> dict:
-    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base), its scores and the table of all."
-    from brefine.metrics import _bf_miou_stats, _bf_miou_of, _add_stats
+    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and the table of all."
+    from brefine.metrics import _bf_miou_of
     rank = OBJECTIVES.get(objective)
     if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
+    if max_seconds is not None: max_seconds = as_float(max_seconds, 'max_seconds', 0, hint=" It is seconds of post-processing per image; None: no limit.")
     model = _model_of(embedder)
     if isinstance(model, nn.Module): model.eval()
     cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
     n = prototypes.n_classes
-    for e, p, _ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
-    cache = [(e, p, _base_answer(p), lv) for e, p, lv in cache]          # once per image, not once per setting
+    for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
     tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr) for r, k, t, a, v, gr in
                                          itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)]
-    groups = {}                                                          # the settings that share a radius, a gate and a top-N
-    for i, s in enumerate(tried): groups.setdefault((s.radius, s.tau, s.top_n), []).append(i)
-    sums = [None] * len(tried)                                           # per setting, the metrics' statistics summed over images
-    with torch.inference_mode():
-        for (e, p, a, lv), g in zip(cache, gts_):
-            for idx in groups.values():
-                b_, M_, chunks, _ = _candidates(e, p, a, prototypes, tried[idx[0]].for_classes(n), levels=lv)
-                c = (b_, M_, list(chunks), lv)                           # once for every alpha and vote
-                for i in idx:
-                    st = _bf_miou_stats(to_numpy(_decide(c, tried[i].alpha, tried[i].vote, tried[i].grey)[0]), g, n, tolerance, ignore_index)
-                    sums[i] = _add_stats(sums[i], st)
-    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index)))) for s, st in zip(tried, sums)]
-    best = max(rows, key=lambda r: rank(r['boundary_f1'], r['miou']))   # the first of equals: the base unless something beats it
+    sums, secs = _score_settings(cache, gts_, tried, prototypes, tolerance, ignore_index)
+    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t)
+            for s, st, t in zip(tried, sums, secs)]
+    best = _best(rows, rank, max_seconds)
     return dict(settings=RefineSettings(**{f.name: best[f.name] for f in fields(RefineSettings)}), boundary_f1=best['boundary_f1'],
                 miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
