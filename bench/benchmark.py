@@ -333,6 +333,19 @@ def metrics_row(ds, preds, gts, seconds):
                 boundary_f1=boundary_f1(preds, gts, tolerance=3, **kw), trimap_iou=trimap_iou(preds, gts, width=5, **kw),
                 seconds_per_image=seconds)
 
+BUDGETS = (0.05, 0.12, 0.2, 0.35, 0.5, None)   # post-processing budgets, as fractions of the base forward, of the table in the results
+
+def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
+    "Markdown rows: for each budget (a fraction of the base forward `base_s`; None: none), the setting `calibrate` chooses from `table` within it, its val scores and post-processing time."
+    from brefine.inference import _best, OBJECTIVES
+    rows = ['| post-processing budget (x base) | chosen on val | val mIoU | val boundary F | ms / image | x base |', '|---|---|---:|---:|---:|---:|']
+    for b in budgets:
+        r = _best(table, OBJECTIVES['mean'], None if b is None else b * base_s)
+        st = 'the base answer' if r['top_n'] == 1 else ', '.join(f"{k} {r[k]}" for k in ('top_n', 'radius', 'tau', 'alpha', 'vote', 'grey'))
+        rows.append(f"| {'none' if b is None else f'{b:g}'} | {st} | {100 * r['miou']:.2f} | {100 * r['boundary_f1']:.2f} | "
+                    f"{1000 * r['seconds']:.1f} | {r['seconds'] / base_s:.3f} |")
+    return rows
+
 def save_figure(path, ds, fs, preds, gts, n=3):
     "Image, base, DenseCRF, brefine, ground truth for the `n` test images where brefine removes most wrong pixels."
     import numpy as np, matplotlib
@@ -457,7 +470,9 @@ def run(args, argv, dest):
                      f"{100*r['trimap_iou']:.2f} | {r['seconds_per_image']:.3f} | {r['seconds_per_image']/s['crf']:.2f} | "
                      f"{r['seconds_per_image']/s['base']:.2f} |")
     lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image. Stage times: "
-              + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '']
+              + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '',
+              f"What a post-processing budget would choose on val (the same calibration; base forward {1000 * vbase_s:.1f} ms per val image):", '',
+              *budget_lines(cal['table'], vbase_s), '']
     md = '\n'.join(lines)
     with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
