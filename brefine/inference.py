@@ -328,13 +328,15 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
     return b, (q - b * H if B > 1 else q), lin - q * W
 
 # %% ../nbs/05_inference.ipynb #d96f2b82
+_LUMA = torch.tensor([299., 587., 114.])[:, None, None]                 # Rec. 601 luma weights, in thousandths
+
 def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
     "The 8-bit grey levels (B,H,W) uint8, Rec. 601 luma, of images `x` (B,3,H,W) prepared by `prepare_image` with `mean` and `std`."
     if mean is not None and std is not None:
         m, s = _channel_stats(mean, std, x.device, x.dtype)
         x = x * s + m
-    rgb = x.mul(255).round_().clamp_(0, 255).int()
-    return ((rgb[:, 0] * 299 + rgb[:, 1] * 587 + rgb[:, 2] * 114 + 500) // 1000).to(torch.uint8)
+    rgb = x.mul(255).round_().clamp_(0, 255).mul_(_LUMA.to(x.device, x.dtype))            # whole numbers below 2²⁴: exact in float32
+    return rgb.sum(1).add_(500).div_(1000).floor_().to(torch.uint8)      # (299 R + 587 G + 114 B + 500) // 1000
 
 @functools.lru_cache(maxsize=16)
 def _grey_weights(sigma: float) -> torch.Tensor:
