@@ -414,11 +414,13 @@ def run(args, argv, dest):
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
         with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
         ref.save(args.cache/f'refiner_{emb_file.stem}')
+    from brefine.inference import _best, OBJECTIVES, RefineSettings
+    unlimited = None if budget is None else RefineSettings(**{k: v for k, v in _best(cal['table'], OBJECTIVES['mean']).items() if k in asdict(ref.settings)})
     with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
     del vprobs
 
     tf = ds.files('test')
-    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post')}
+    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine', 'unlimited')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post', 'post_unlimited')}
     with stage(f'test: base / DenseCRF / brefine on {len(tf)} images'):
         with torch.inference_mode():                     # warm-up: first calls allocate
             im0, _ = ds.read(tf[0]); base_probs_of(base, im0); embedder(prepare_image(im0, protos.mean, protos.std)[0])
@@ -436,26 +438,34 @@ def run(args, argv, dest):
                 levels = grey_levels(x, protos.mean, protos.std) if ref.settings.grey is not None else None
                 out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings, levels=levels)[0]).astype(np.uint8)
                 t2 = time.perf_counter()
+                if unlimited is not None:                # a budgeted run also scores what val chose without the budget
+                    lv = grey_levels(x, protos.mean, protos.std) if unlimited.grey is not None else None
+                    preds['unlimited'].append(to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, unlimited, levels=lv)[0]).astype(np.uint8))
+                    tm['post_unlimited'].append(time.perf_counter() - t2)
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
             if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():
                 raise AssertionError(f'the split timing differs from refine_predict on {f.name}')
             if (i + 1) % 25 == 0 or i + 1 == len(tf): log(f'  {i+1}/{len(tf)} images')
-    s = {k: float(np.mean(v)) for k, v in tm.items()}
+    s = {k: float(np.mean(v)) if v else None for k, v in tm.items()}
     with stage('test: metrics'):
         res = {'base': metrics_row(ds, preds['base'], gts, s['base']), 'densecrf': metrics_row(ds, preds['DenseCRF'], gts, s['crf']),
                'brefine': metrics_row(ds, preds['brefine'], gts, s['emb'] + s['post'])}
+        if unlimited is not None: res['brefine_no_budget'] = metrics_row(ds, preds['unlimited'], gts, s['emb'] + s['post_unlimited'])
     save_figure(dest['png'], ds, tf, preds, gts)
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
         base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
-        seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post']),
+        seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
+                               **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),
+        **({} if unlimited is None else dict(settings_no_budget=asdict(unlimited))),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
                  base_miou=cal['base_miou'], crf_images=n_crf, base_forward_seconds=vbase_s, post_budget_seconds=budget),
         stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
     with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
-    names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine'}
+    names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine' if budget is None else 'brefine within the budget',
+             'brefine_no_budget': f'brefine without a budget ({unlimited})'}
     lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
@@ -469,7 +479,8 @@ def run(args, argv, dest):
         lines.append(f"| {names[k]} | {100*r['miou']:.2f} | {100*r['boundary_iou']:.2f} | {100*r['boundary_f1']:.2f} | "
                      f"{100*r['trimap_iou']:.2f} | {r['seconds_per_image']:.3f} | {r['seconds_per_image']/s['crf']:.2f} | "
                      f"{r['seconds_per_image']/s['base']:.2f} |")
-    lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image. Stage times: "
+    lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image"
+              + ('' if unlimited is None else f" (without the budget: {s['post_unlimited']:.3f} s)") + ". Stage times: "
               + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '',
               f"What a post-processing budget would choose on val (the same calibration; base forward {1000 * vbase_s:.1f} ms per val image):", '',
               *budget_lines(cal['table'], vbase_s), '']
