@@ -337,11 +337,12 @@ BUDGETS = (0.05, 0.12, 0.2, 0.35, 0.5, None)   # post-processing budgets, as fra
 
 def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
     "Markdown rows: for each budget (a fraction of the base forward `base_s`; None: none), the setting `calibrate` chooses from `table` within it, its val scores and post-processing time."
-    from brefine.inference import _best, OBJECTIVES
+    from dataclasses import asdict
+    from brefine.inference import _best, _settings_of, OBJECTIVES
     rows = ['| post-processing budget (x base) | chosen on val | val mIoU | val boundary F | ms / image | x base |', '|---|---|---:|---:|---:|---:|']
     for b in budgets:
         r = _best(table, OBJECTIVES['mean'], None if b is None else b * base_s)
-        st = 'the base answer' if r['top_n'] == 1 else ', '.join(f"{k} {r[k]}" for k in ('top_n', 'radius', 'tau', 'alpha', 'vote', 'grey'))
+        st = 'the base answer' if r['top_n'] == 1 else ', '.join(f"{k} {v}" for k, v in asdict(_settings_of(r)).items())
         rows.append(f"| {'none' if b is None else f'{b:g}'} | {st} | {100 * r['miou']:.2f} | {100 * r['boundary_f1']:.2f} | "
                     f"{1000 * r['seconds']:.1f} | {r['seconds'] / base_s:.3f} |")
     return rows
@@ -414,8 +415,8 @@ def run(args, argv, dest):
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
         with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
         ref.save(args.cache/f'refiner_{emb_file.stem}')
-    from brefine.inference import _best, OBJECTIVES, RefineSettings
-    unlimited = None if budget is None else RefineSettings(**{k: v for k, v in _best(cal['table'], OBJECTIVES['mean']).items() if k in asdict(ref.settings)})
+    from brefine.inference import _best, _settings_of, OBJECTIVES
+    unlimited = None if budget is None else _settings_of(_best(cal['table'], OBJECTIVES['mean']))   # what val chose without the budget
     with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
     del vprobs
 
@@ -434,14 +435,12 @@ def run(args, argv, dest):
                 if args.embedder == 'shared':            # the base forward above gives the features (timed as the base's); brefine adds the copied blocks and the head
                     _, low, deep = embedder.features(x); t = time.perf_counter(); emb = embedder.embed_features(low, deep, embedding_size(x))
                 else: emb = embedder(x)
-                t1 = time.perf_counter()
-                levels = grey_levels(x, protos.mean, protos.std) if ref.settings.grey is not None else None
-                out = to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, ref.settings, levels=levels)[0]).astype(np.uint8)
-                t2 = time.perf_counter()
+                def post(st):                            # the post-processing with settings `st`, as refine_predict runs it
+                    levels = grey_levels(x, protos.mean, protos.std) if st.grey is not None else None
+                    return to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, st, levels=levels)[0]).astype(np.uint8)
+                t1 = time.perf_counter(); out = post(ref.settings); t2 = time.perf_counter()
                 if unlimited is not None:                # a budgeted run also scores what val chose without the budget
-                    lv = grey_levels(x, protos.mean, protos.std) if unlimited.grey is not None else None
-                    preds['unlimited'].append(to_numpy(relabel(emb, base_probs(probs, x, False, softmax=False), protos, unlimited, levels=lv)[0]).astype(np.uint8))
-                    tm['post_unlimited'].append(time.perf_counter() - t2)
+                    preds['unlimited'].append(post(unlimited)); tm['post_unlimited'].append(time.perf_counter() - t2)
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
             if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():
                 raise AssertionError(f'the split timing differs from refine_predict on {f.name}')

@@ -581,6 +581,10 @@ def _best(rows: list, rank, max_seconds: float|None = None) -> dict:
     fits = [r for r in rows[1:] if max_seconds is None or r['seconds'] <= max_seconds]
     return max(rows[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
 
+def _settings_of(row: dict) -> RefineSettings:
+    "The `RefineSettings` of a row of the calibration table."
+    return RefineSettings(**{f.name: row[f.name] for f in fields(RefineSettings)})
+
 
 # %% ../nbs/05_inference.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
@@ -616,7 +620,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t)
             for s, st, t in zip(tried, sums, secs)]
     best = _best(rows, rank, max_seconds)
-    return dict(settings=RefineSettings(**{f.name: best[f.name] for f in fields(RefineSettings)}), boundary_f1=best['boundary_f1'],
+    return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'],
                 miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
 # %% ../nbs/05_inference.ipynb #352a41fa
