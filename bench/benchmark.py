@@ -68,23 +68,25 @@ QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
-def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False) -> dict:
-    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head (None: the default); `bf16`: bfloat16 mixed-precision training."
+def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None) -> dict:
+    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head (None: the default); `bf16`: bfloat16 mixed-precision training; `fusion`: the head's (None: the default)."
     kw = dict(EMBEDDERS[kind])
     if train_blocks is not None: kw['train_blocks'] = train_blocks
+    if fusion is not None: kw['fusion'] = fusion
     if bf16: kw['bf16'] = True
     return kw
 
 def learner_call(args) -> str:
     "The `refine_learner` call that trains the run's embedder, as text."
     start = 'base=base_model' if args.embedder == 'shared' else 'pretrained=True, backbone_init=base_model.backbone'
-    return f"refine_learner(dls, {start}{''.join(f', {k}={v!r}' for k, v in embedder_kwargs(args.embedder, args.train_blocks, args.bf16).items())}, ignore_index=void)"
+    return f"refine_learner(dls, {start}{''.join(f', {k}={v!r}' for k, v in embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion).items())}, ignore_index=void)"
 
-def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False) -> str:
-    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`)."
+def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None) -> str:
+    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`; a head with `fusion` 'sum': `_sum`)."
     from brefine.shared_backbone import TRAIN_BLOCKS
     if train_blocks is None: train_blocks = TRAIN_BLOCKS if kind == 'shared' else 0     # the default on this benchmark's base model
     name = EMB_FILES[kind].format(n_epochs)
+    if (fusion or 'concat') != 'concat': name = name.replace('_tri', f'_{fusion}_tri')
     if train_blocks: name = name.replace('_tri', f'_tb{train_blocks}_tri')
     return name.replace('_tri', '_bf16_tri') if bf16 else name
 
@@ -118,6 +120,9 @@ def parse_args(argv=None):
                         "or a head on the base model's own features ('shared')")
     p.add_argument('--train-blocks', type=int, default=None, metavar='K',
                    help="with --embedder shared: also train copies of the base backbone's last K blocks (0: the head only; default: refine_learner's, 2)")
+    p.add_argument('--fusion', default=None,
+                   help="how the embedder's head fuses its two features: 'concat' (DeepLabV3+'s two 3x3 convolutions) or 'sum' "
+                        "(1x1 projections added, one depthwise-separable 3x3); default: refine_learner's")
     p.add_argument('--bf16', action='store_true',
                    help="train the embedder in bfloat16 mixed precision (refine_learner's bf16=True: about 2x faster on CPUs with native bfloat16)")
     p.add_argument('--post-budget', type=float, default=None, metavar='FRACTION',
@@ -129,6 +134,9 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
+    if a.fusion is not None:
+        from brefine.learner import FUSIONS
+        if a.fusion not in FUSIONS: p.error(f'--fusion must be one of {", ".join(FUSIONS)}, got {a.fusion!r}')
     if a.post_budget is not None and not a.post_budget > 0: p.error(f'--post-budget must be > 0, got {a.post_budget}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
@@ -171,9 +179,10 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     from brefine.learner import budget_epochs
     return budget_epochs(len(ds.files('train')), ds.train_size(), budget_px)
 
-def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False) -> dict:
+def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
+                fusion: str|None = None) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16)
+    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16, fusion)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -240,10 +249,11 @@ def get_base(args, ds, dls_fn, n_epochs):
     (args.cache/(f.stem + '_best.pth')).unlink(missing_ok=True)
     return learn.model.eval()
 
-def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False):
+def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
+                fusion: str|None = None):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
-    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16)
+    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion)
     for k in ('base', 'refiner'):
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
     base = load_base(f['base'], ds.n_classes)
@@ -260,12 +270,12 @@ def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
     from brefine.learner import refine_learner, load_embedder, save_embedder
     shared = args.embedder == 'shared'
-    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16)
+    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16, args.fusion)
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     start = dict(base=base) if shared else dict(pretrained=True, backbone_init=base.backbone)   # the base's features, or a copy of its backbone
-    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16))
+    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion))
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
     save_embedder(net, f)
@@ -353,7 +363,7 @@ def save_figure(path, ds, fs, preds, gts, n=3):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     v = [g != ds.void for g in gts]
-    wrong = {k: np.array([int(((p[i] != gts[i]) & v[i]).sum()) for i in range(len(gts))]) for k, p in preds.items()}
+    wrong = {k: np.array([int(((p[i] != gts[i]) & v[i]).sum()) for i in range(len(gts))]) for k, p in preds.items() if p}
     show = sorted(np.argsort(-(wrong['base'] - wrong['brefine']), kind='stable')[:n].tolist())
     cols = ['image', 'base', 'DenseCRF', 'brefine', 'ground truth']
     cmap = plt.get_cmap('tab20', 20)
@@ -454,7 +464,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16), config=dict(embedder.config))),
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),

@@ -29,7 +29,7 @@ refine_over_base, post_over_base, peak_mem_over_base} -- and records both in ben
 same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
 the embedder (forward hooks). Usage:
-    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48]
+    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
 """
@@ -82,7 +82,7 @@ def separate(H, W, a, post) -> dict:
     from brefine import EmbeddingNet
     from brefine.inference import prepare_image
     base = base_model(n_classes=11, pretrained=False).eval()
-    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim).eval()
+    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0]
     with torch.inference_mode(): emb = emb_net(prep())          # the embedding the post-processing alone works on
@@ -97,7 +97,7 @@ def shared(H, W, a, post) -> dict:
     from brefine.inference import prepare_image
     from brefine.learner import embedding_size
     base = base_model(n_classes=11, pretrained=False).eval()
-    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks).eval()
+    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks, fusion=a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0]
     size = embedding_size(prep())
@@ -192,6 +192,7 @@ def main():
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
+    ap.add_argument('--fusion', default='concat', help="the embedder head's fusion: 'concat' or 'sum' (see brefine.learner.EmbeddingHead)")
     ap.add_argument('--train-blocks', type=int, default=None, help="the shared path's copied base blocks (default: SharedEmbeddingNet's)")
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=lambda v: None if v.lower() == 'none' else float(v), default=None)   # on CamVid val
@@ -206,7 +207,7 @@ def main():
 def run(a):
     t0 = time.perf_counter()
     print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
-          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
+          f'aspp {a.aspp_dim}, decoder {a.decoder_dim}, fusion {a.fusion}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
     print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
           f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else ''))
     rows = []

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import torchvision
 from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabHead
 from torchvision.models._utils import IntermediateLayerGetter
-from fastcore.basics import listify, store_attr
+from fastcore.basics import listify, patch, store_attr
 from fastcore.meta import delegates
 from fastai.callback.core import Callback, CancelBatchException
 from fastai.learner import Learner, Metric
@@ -23,12 +23,12 @@ importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune
 importlib.import_module('fastai.callback.progress')   # and no_bar
 
 # %% auto #0
-__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'N_TRIPLETS', 'EMB_BUDGET_PX',
-           'torchvision_model', 'EmbeddingHead', 'embedding_size', 'EmbeddingNet', 'DeepLabV3MobileNetV2',
-           'embedder_state', 'check_embedder_state', 'embedder_from_state', 'save_embedder', 'load_embedder',
-           'embedding_splitter', 'sample_features', 'band_features', 'feature_distance', 'triplet_losses',
-           'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets', 'init_backbone', 'StopOnNaN',
-           'refine_learner', 'budget_epochs', 'ChannelsLastTraining', 'BF16Training']
+__all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'FUSIONS', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'N_TRIPLETS',
+           'EMB_BUDGET_PX', 'torchvision_model', 'EmbeddingHead', 'embedding_size', 'EmbeddingNet',
+           'DeepLabV3MobileNetV2', 'embedder_state', 'check_embedder_state', 'embedder_from_state', 'save_embedder',
+           'load_embedder', 'embedding_splitter', 'sample_features', 'band_features', 'feature_distance',
+           'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets', 'init_backbone',
+           'StopOnNaN', 'refine_learner', 'budget_epochs', 'ChannelsLastTraining', 'BF16Training']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -135,29 +135,45 @@ def _check_images(x, training: bool, who: str):
                          "over the batch): use a batch size of 2 or more, or call .eval() for inference.")
 
 # %% ../nbs/03_learner.ipynb #0f342029
+FUSIONS = ('concat', 'sum')   # how `EmbeddingHead` fuses its two features: DeepLabV3+'s concatenation, or the light sum
+
+def _check_fusion(fusion):
+    if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}: 'concat' is DeepLabV3+'s decoder, 'sum' the light one.")
+
 class EmbeddingHead(nn.Module):
-    "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature, then a 1x1 convolution to `emb_dim` channels."
+    "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature (`fusion`), then a 1x1 convolution to `emb_dim` channels."
     def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 feature and of the deep feature
                  emb_dim: int = 32, rates=(6, 12, 18), normalize: bool = True, # embedding channels, ASPP rates, unit-norm embeddings
-                 aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48, dropout: float = 0.1):  # as in `EmbeddingNet`
+                 aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48, dropout: float = 0.1,  # as in `EmbeddingNet`
+                 fusion: str = 'concat'):       # one of `FUSIONS`
         super().__init__()
         _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        _check_fusion(fusion)
         self.aspp = ASPP(high_ch, list(rates), aspp_dim)
         self.aspp.project[-1].p = dropout
-        def cbr(ci, co, k): return [nn.Conv2d(ci, co, k, padding=k // 2, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
-        self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))
-        self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3), *cbr(decoder_dim, decoder_dim, 3))
+        def cbr(ci, co, k, groups=1): return [nn.Conv2d(ci, co, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
+        if fusion == 'concat':
+            self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))
+            self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3), *cbr(decoder_dim, decoder_dim, 3))
+        else:
+            self.reduce, self.project = nn.Conv2d(low_ch, decoder_dim, 1, bias=False), nn.Conv2d(aspp_dim, decoder_dim, 1, bias=False)
+            self.decoder = nn.Sequential(nn.BatchNorm2d(decoder_dim), nn.ReLU(inplace=True), *cbr(decoder_dim, decoder_dim, 3, decoder_dim), *cbr(decoder_dim, decoder_dim, 1))
         self.head = nn.Conv2d(decoder_dim, emb_dim, 1)
-        store_attr('emb_dim,normalize')
+        store_attr('emb_dim,normalize,fusion')
 
-    def forward(self, low: torch.Tensor, high: torch.Tensor, size=None) -> torch.Tensor:
-        "Embeddings (B,emb_dim,*size) from the stride-4 feature `low` and the deep feature `high`; `size` defaults to `low`'s."
-        size = tuple(size or low.shape[-2:])
-        low = self.reduce(low)
-        if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
-        high = F.interpolate(self.aspp(high), size, mode='bilinear', align_corners=False)
-        e = self.head(self.decoder(torch.cat([high, low], 1)))
-        return F.normalize(e, dim=1) if self.normalize else e
+
+# %% ../nbs/03_learner.ipynb #06a64d10
+@patch
+def forward(self: EmbeddingHead, low: torch.Tensor, high: torch.Tensor, size=None) -> torch.Tensor:
+    "Embeddings (B,emb_dim,*size) from the stride-4 feature `low` and the deep feature `high`; `size` defaults to `low`'s."
+    size = tuple(size or low.shape[-2:])
+    low, high = self.reduce(low), self.aspp(high)
+    if self.fusion == 'sum': high = self.project(high)                  # 1x1 before upsampling: the same, on 1/16 of the pixels
+    if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
+    high = F.interpolate(high, size, mode='bilinear', align_corners=False)
+    e = self.head(self.decoder(torch.cat([high, low], 1) if self.fusion == 'concat' else high + low))
+    return F.normalize(e, dim=1) if self.normalize else e
+
 
 # %% ../nbs/03_learner.ipynb #8ec592d7
 def embedding_size(x: torch.Tensor) -> tuple:
@@ -178,18 +194,19 @@ class EmbeddingNet(EmbeddingHead):
                  low_level_dim: int = 48,     # channels of the reduced stride-4 backbone feature
                  decoder_dim: int = 48,       # channels of the fusion convolutions
                  dropout: float = 0.1,        # dropout after the ASPP projection
+                 fusion: str = 'concat',      # how the head fuses the features: 'concat' (DeepLabV3+) or 'sum' (light), see `EmbeddingHead`
                 ):
         if not isinstance(backbone, str): raise TypeError(f"backbone must be a model name (str), got {type(backbone).__name__}.")
         if output_stride not in (8, 16): raise ValueError(f"output_stride must be 8 or 16, got {output_stride}.")
-        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim); _check_fusion(fusion)
         body, low_ch, high_ch = _backbone(backbone, pretrained, output_stride)
         super().__init__(low_ch, high_ch, emb_dim, (6, 12, 18) if output_stride == 16 else (12, 24, 36), normalize,
-                         aspp_dim, low_level_dim, decoder_dim, dropout)
+                         aspp_dim, low_level_dim, decoder_dim, dropout, fusion)
         self.backbone = body
         for k in [k for k in self._modules if k != 'backbone']: self._modules[k] = self._modules.pop(k)   # backbone first, as always
         self.output_stride = output_stride
         self.config = dict(backbone=backbone, emb_dim=emb_dim, pretrained=False, output_stride=output_stride, normalize=normalize,
-                           aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, dropout=dropout)
+                           aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, dropout=dropout, fusion=fusion)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_images(x, self.training, 'EmbeddingNet')
@@ -262,9 +279,9 @@ def load_embedder(path, base=None):
 
 # %% ../nbs/03_learner.ipynb #9a4c14d1
 def embedding_splitter(model) -> list:
-    "Parameter groups for fastai's freeze/unfreeze: (backbone, ASPP + decoder + head) of an `EmbeddingNet`; a `SharedEmbeddingNet`'s own groups."
+    "Parameter groups for fastai's freeze/unfreeze: (backbone, the head: ASPP, fusion and 1x1 convolution) of an `EmbeddingNet`; a `SharedEmbeddingNet`'s own groups."
     if not isinstance(model, EmbeddingNet): return model.param_groups()
-    return [params(model.backbone), params(model.aspp) + params(model.reduce) + params(model.decoder) + params(model.head)]
+    return [params(model.backbone), [p for n, p in model.named_parameters() if not n.startswith('backbone.')]]
 
 # %% ../nbs/03_learner.ipynb #883f4624
 def sample_features(emb: torch.Tensor,    # (B,C,h,w) embeddings

@@ -11,7 +11,7 @@ import torch.nn as nn
 from fastcore.basics import patch
 from fastai.torch_core import params
 from .core import _model_of
-from .learner import EmbeddingHead, embedding_size, _check_dims, _check_images
+from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images
 
 # %% auto #0
 __all__ = ['TRAIN_BLOCKS', 'feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
@@ -106,10 +106,11 @@ class SharedEmbeddingNet(nn.Module):
                  emb_dim: int = 32, aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48,  # head sizes, see `EmbeddingNet`
                  normalize: bool = True, dropout: float = 0.1,    # unit-norm embeddings; dropout after the ASPP projection
                  low: str | None = None, high: str | None = None, # layer names (see `feature_layers`); automatic with a `.backbone`
-                 train_blocks: int|None = None):                  # also train copies of the backbone's last blocks (0: the head only; None: `TRAIN_BLOCKS` where there are)
+                 train_blocks: int|None = None,                   # also train copies of the backbone's last blocks (0: the head only; None: `TRAIN_BLOCKS` where there are)
+                 fusion: str = 'concat'):                         # how the head fuses the features, see `EmbeddingHead`
         super().__init__()
         if not isinstance(base, nn.Module): raise TypeError(f"base must be your segmentation model (an nn.Module), got {type(base).__name__}.")
-        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim); _check_fusion(fusion)
         if train_blocks is not None and (not isinstance(train_blocks, int) or train_blocks < 0):
             raise ValueError(f"train_blocks must be an int >= 0 (or None for the default), got {train_blocks!r}.")
         self._base = (base,)                                     # a tuple: nn.Module does not register the base model
@@ -122,10 +123,10 @@ class SharedEmbeddingNet(nn.Module):
         self.blocks, entry = _trained_blocks(base, self.low, self.high, train_blocks)
         self._hooked = dict(low=mods[self.low], **({'high': mods[self.high]} if entry is None else {'entry': mods[entry]}))   # a dict: not registered either
         self.head = EmbeddingHead(low_ch, high_ch, emb_dim, [max(1, r * 16 // high_stride) for r in (6, 12, 18)], normalize,
-                                  aspp_dim, low_level_dim, decoder_dim, dropout)
+                                  aspp_dim, low_level_dim, decoder_dim, dropout, fusion)
         self.emb_dim, self.normalize, self._shapes = emb_dim, normalize, (low_ch, high_ch, high_stride)
         self.config = dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, normalize=normalize,
-                           dropout=dropout, low=self.low, high=self.high, train_blocks=0 if self.blocks is None else len(self.blocks))
+                           dropout=dropout, low=self.low, high=self.high, train_blocks=0 if self.blocks is None else len(self.blocks), fusion=fusion)
         self.train()
 
     @property
