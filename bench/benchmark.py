@@ -8,7 +8,9 @@ One recipe for every data set (nothing is set by hand for one of them):
 2. brefine embedder: what `refine_learner`'s defaults build, `refine_learner(dls, base=base_model)`: a
    `SharedEmbeddingNet`, an ASPP + fusion head (32-d embeddings) on the base model's own features, trained together with
    copies of the base backbone's last two blocks (`train_blocks`; the base model itself is frozen), 16384 triplets per
-   batch, float32, `fit_one_cycle`; one base forward then serves both. Prototypes from the training images without
+   batch, float32, `fit_one_cycle`; one base forward then serves both. `--fusion sum` gives the head `EmbeddingHead`'s
+   light fusion (1x1 projections added, one depthwise-separable 3x3 convolution) instead of DeepLabV3+'s two 3x3
+   convolutions, and `--train-blocks K` trains K copied blocks instead of two. Prototypes from the training images without
    augmentation (`extract_prototypes`, radius 3). `--embedder separate` trains an `EmbeddingNet` with a MobileNetV2 of
    its own instead, started from the base model's backbone (`refine_learner(dls, backbone='mobilenet_v2',
    backbone_init=base.backbone)`, the same head), the path for base models that are not PyTorch modules.

@@ -89,15 +89,15 @@ def separate(H, W, a, post) -> dict:
     return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb,
                 embedding=(emb_net, lambda: emb_net(prep())))
 
-def shared(H, W, a, post) -> dict:
-    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet`); the base forward that gives the scores also gives the head's input, so brefine adds the head and the post-processing."
+def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None) -> dict:
+    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
     import torch, numpy as np
     from benchmark import base_model
     from brefine.shared_backbone import SharedEmbeddingNet
     from brefine.inference import prepare_image
     from brefine.learner import embedding_size
     base = base_model(n_classes=11, pretrained=False).eval()
-    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks, fusion=a.fusion).eval()
+    net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks if train_blocks is None else train_blocks, fusion=fusion or a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0]
     size = embedding_size(prep())
@@ -107,7 +107,8 @@ def shared(H, W, a, post) -> dict:
     return dict(base=lambda: base(prep()), refine=lambda: post(net.embed_features(low, deep, size)), post=lambda: post(emb), emb=emb,
                 embedding=(net, lambda: net.embed_features(low, deep, size)))
 
-PATHS = {'separate': separate, 'shared': shared}
+LIGHT = dict(fusion='sum', train_blocks=2)       # the `light` path: the shared head with the light fusion
+PATHS = {'separate': separate, 'shared': shared, 'light': functools.partial(shared, **LIGHT)}
 
 def stages(path: str, H, W, a) -> tuple:
     "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing; the path's (embedder, embedding closure))."
