@@ -17,7 +17,8 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
 Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
 light one bench/benchmark.py trains); `shared`, a SharedEmbeddingNet head of the same sizes on the base model's own
 features, captured by the base forward that gives the scores, with copies of the base's last two blocks by default
-(`--train-blocks`; brefine adds the copied blocks, the head and the post-processing); `light`, the same on a head with
+(`--train-blocks`; brefine adds the copied blocks, the head and the post-processing); `head`, the same head alone, with no
+copied blocks (HEAD: `refine_learner(dls, base=model, train_blocks=0)`); `light`, the same on a head with
 `fusion='sum'` and no copied blocks (LIGHT: `refine_learner(dls, base=model, fusion='sum', train_blocks=0)`). A path is a function `(H, W, a, post) -> dict(base=, refine=, post=, emb=)` of
 closures over models built there, `post(emb)` being the post-processing; each path gives a row per size with the same
 fields, so another way of computing the embedding is one more such function in PATHS.
@@ -108,8 +109,9 @@ def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None
     return dict(base=lambda: base(prep()), refine=lambda: post(net.embed_features(low, deep, size)), post=lambda: post(emb), emb=emb,
                 embedding=(net, lambda: net.embed_features(low, deep, size)))
 
+HEAD = dict(train_blocks=0)                      # the `head` path: the shared head alone, no copied blocks
 LIGHT = dict(fusion='sum', train_blocks=0)       # the `light` path: the shared head with the light fusion, no copied blocks
-PATHS = {'separate': separate, 'shared': shared, 'light': functools.partial(shared, **LIGHT)}
+PATHS = {'separate': separate, 'shared': shared, 'head': functools.partial(shared, **HEAD), 'light': functools.partial(shared, **LIGHT)}
 
 def stages(path: str, H, W, a) -> tuple:
     "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing; the path's (embedder, embedding closure))."
