@@ -270,20 +270,31 @@ def _check_outputs(files, dsts, inputs):
                                              "even with --force. Write the label maps to another folder (OUT).")
 
 # %% ../nbs/07_cli.ipynb #451aba67
-def _refiner(bundle, checkpoint, protos, **options):
-    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's)."
+def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, **options):
+    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's); an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None."
     from dataclasses import replace
     from brefine.inference import Refiner
     from brefine.learner import load_embedder
     from brefine.prototypes import Prototypes
-    if bundle: ref = Refiner.load(bundle)
-    elif checkpoint and protos: ref = Refiner(load_embedder(checkpoint), Prototypes.load(protos))
-    else: raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    from brefine.shared_backbone import BaseModelNeeded
+    if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    try: ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), Prototypes.load(protos))
+    except BaseModelNeeded as e:
+        if later: return None
+        raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "
+                         "not enough: pass '-' as SCORES and the model as --learner FILE (an exported fastai Learner; loading it "
+                         "unpickles the file, so only one you trust).") from None
     given, n = {k: v for k, v in options.items() if v is not None}, ref.prototypes.n_classes
     if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
     if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
     ref.settings = replace(ref.settings, **given)
     return ref
+
+def _check_palette(pal, ref):
+    "Refuse a --palette_from palette (`pal`, or None) for a Refiner `ref` of more than 256 classes."
+    if pal is not None and ref.prototypes.n_classes > 256:
+        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "
+                         "classes. Drop --palette_from to write 16-bit label PNGs.")
 
 # %% ../nbs/07_cli.ipynb #2435d989
 def _load_learner(fname):
@@ -322,7 +333,7 @@ def refine(images: str,               # folder of images (or one image file)
            bundle: str = None,        # Refiner bundle folder (Refiner.save)
            checkpoint: str = None,    # or: embedder checkpoint ...
            protos: str = None,        # ... plus prototypes file
-           learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'); loading it unpickles the file, which can run arbitrary code: use only files you trust
+           learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-') and, for an embedder that reads its features, those in the same forward; loading it unpickles the file, which can run arbitrary code: use only files you trust
            top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
            radius: int = None,        # band radius around the base's boundaries (default: the bundle's, else 3)
            tau: float = None,         # confidence gate: re-decide only pixels whose base top-1 probability is below it (default: the bundle's; 1: no gate)
@@ -343,11 +354,10 @@ def refine(images: str,               # folder of images (or one image file)
     images, out = Path(images), Path(out)
     files, sfs = _refine_inputs(images, scores, learner)
     if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
-    ref = _refiner(bundle, checkpoint, protos, top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey)
+    options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey)
+    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, **options)   # None: it reads the --learner's model
     pal, pal_file = _palette(palette_from)
-    if pal is not None and ref.prototypes.n_classes > 256:
-        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "
-                         "classes. Drop --palette_from to write 16-bit label PNGs.")
+    if ref is not None: _check_palette(pal, ref)
     dsts = [out/(f.stem + '.png') for f in files]
     used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
     _check_outputs(files, dsts, files + [Path(p) for p in used if p])
@@ -359,7 +369,8 @@ def refine(images: str,               # folder of images (or one image file)
     miss = [files[i] for i in todo if sfs is not None and sfs[i] is None]
     if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(todo)} images, e.g. {miss[0].name}: expected "
                                      f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
-    model = _load_learner(learner) if learner else None
+    model = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, model, **options); _check_palette(pal, ref)
     _make_dir(out)
     items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
     n = _refine_all(ref.to(default_device()), items, [dsts[i] for i in todo], model, pal, bs, workers)

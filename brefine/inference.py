@@ -734,8 +734,8 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
     if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
         raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no longer "
                          "has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
+    protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
     net = load_embedder(path/files['embedder'], base=base)
-    protos = Prototypes.load(path/files['prototypes'])
     if device is not None: net.to(device)
     kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
     try: return cls(net, protos, **kw)

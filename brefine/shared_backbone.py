@@ -8,13 +8,14 @@ import copy
 from contextlib import contextmanager
 import torch
 import torch.nn as nn
-from fastcore.basics import patch
+from fastcore.basics import patch, store_attr
 from fastai.torch_core import params
 from .core import _model_of
 from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images
 
 # %% auto #0
-__all__ = ['TRAIN_BLOCKS', 'feature_layers', 'SharedEmbeddingNet', 'shared_from_state', 'reads_base', 'embed_with_base']
+__all__ = ['TRAIN_BLOCKS', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state', 'reads_base',
+           'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -188,12 +189,17 @@ def base_layers(self: SharedEmbeddingNet) -> dict:
     return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch, high_channels=high_ch, high_stride=high_stride)
 
 # %% ../nbs/03b_shared_backbone.ipynb #c8233581
+class BaseModelNeeded(ValueError):
+    "An embedder file that reads the features of a base model (`what`), loaded from `source` without that model."
+    def __init__(self, source, what: str):
+        store_attr()
+        super().__init__(f"{source} holds an embedder that reads the features of {what}: pass that model, as in load_embedder(path, base=model).")
+
 def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Module | None = None) -> SharedEmbeddingNet:
     "The `SharedEmbeddingNet` in `d` (from `embedder_state`, kind 'shared') rebuilt on `base`, in eval mode; a clear error without a matching `base`."
     want = d.get('base') if isinstance(d.get('base'), dict) else {}
     what = f"a {want.get('model', 'base model')}'s layers {want.get('low')!r} and {want.get('high')!r}"
-    if base is None:
-        raise ValueError(f"{source} holds an embedder that reads the features of {what}: pass that model, as in load_embedder(path, base=model).")
+    if base is None: raise BaseModelNeeded(source, what)
     base = _model_of(base)
     try: net = SharedEmbeddingNet(base, **d['config'])
     except Exception as e: raise ValueError(f"{source} needs {what}, which this {type(base).__name__} does not give ({type(e).__name__}: {e})") from None

@@ -154,6 +154,34 @@ def test_learner_opt_in(small, tmp_path):
     failed('refine', small/'img'/'a.png', tmp_path/'learner.pkl', tmp_path/'o2', '--bundle', small/'bundle', expect='--learner FILE')
 
 
+def test_shared_bundle_with_learner(small, tmp_path):
+    "A bundle whose embedder reads the base model's features: --learner gives the model, and the label maps are those of the Python API; saved scores alone are refused."
+    import torch
+    from fastai.data.core import Datasets
+    from fastai.learner import Learner, load_learner
+    from brefine.inference import Refiner
+    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.prototypes import Prototypes
+    from brefine.shared_backbone import SharedEmbeddingNet
+    torch.manual_seed(0)
+    base = DeepLabV3MobileNetV2(4, pretrained=False).eval()
+    net = SharedEmbeddingNet(base, emb_dim=8, aspp_dim=16, decoder_dim=16, train_blocks=0)
+    Refiner(net, Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3),
+            top_n=3, radius=4, vote=5, grey=10.).save(tmp_path/'bundle')
+    ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
+    Learner(ds.dataloaders(bs=1), base, loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'learner.pkl')
+    rc, out, err = cli('refine', small/'img', '-', tmp_path/'out', '--bundle', tmp_path/'bundle', '--learner', tmp_path/'learner.pkl')
+    assert rc == 0, err
+    model = load_learner(tmp_path/'learner.pkl', cpu=True).model.eval()
+    ref = Refiner.load(tmp_path/'bundle', base=model)
+    for n in 'ab':
+        want = ref(np.asarray(Image.open(small/'img'/f'{n}.png')), model)
+        assert (read(tmp_path/'out'/f'{n}.png') == want.numpy()).all()
+    failed('refine', small/'img', small/'sc', tmp_path/'o2', '--bundle', tmp_path/'bundle',
+           expect=("reads the features of your base model", "pass '-' as SCORES and the model as --learner FILE"))
+    assert not (tmp_path/'o2').exists()
+
+
 def test_never_overwrites_inputs(small, tmp_path):
     "OUT that would replace the images (by name or through a link), or two images with one output: refused before any work."
     img = tmp_path/'img'; shutil.copytree(small/'img', img)

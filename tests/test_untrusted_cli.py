@@ -143,3 +143,14 @@ def test_learner_loaded_only_by_name_and_last(world, tmp_path):
     refused(['refine', world/'img', '-', tmp_path/'out', '--top_n', 0] + base, world/'MARKER', '--top_n')
     refused(['refine', world/'img', '-', tmp_path/'out', '--bundle', world/'evil.pt', '--learner', world/'evil.pkl'],
             world/'MARKER', 'No Refiner bundle')
+    import torch
+    from brefine.inference import Refiner
+    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.prototypes import Prototypes
+    from brefine.shared_backbone import SharedEmbeddingNet
+    shared = SharedEmbeddingNet(DeepLabV3MobileNetV2(4, pretrained=False), emb_dim=8, aspp_dim=16, decoder_dim=16, train_blocks=0)
+    Refiner(shared, Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2)).save(tmp_path/'shared')
+    shared_base = ['--bundle', tmp_path/'shared', '--learner', world/'evil.pkl']    # its embedder is built on the model, after every check
+    refused(['refine', world/'img', '-', world/'img', '--force'] + shared_base, world/'MARKER', 'would replace the input')
+    (tmp_path/'taken').mkdir(); (tmp_path/'taken'/'a.png').write_bytes(b'mine')
+    refused(['refine', world/'img', '-', tmp_path/'taken'] + shared_base, world/'MARKER', '--force')
