@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_shared_backbone.ipynb #8a4a870b
 from __future__ import annotations
-import copy
+import copy, math
 from contextlib import contextmanager
 import torch
 import torch.nn as nn
@@ -14,8 +14,8 @@ from .core import _model_of
 from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images
 
 # %% auto #0
-__all__ = ['TRAIN_BLOCKS', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state', 'reads_base',
-           'embed_with_base']
+__all__ = ['TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state',
+           'reads_base', 'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -183,10 +183,21 @@ def param_groups(self: SharedEmbeddingNet) -> list:
 
 # %% ../nbs/03b_shared_backbone.ipynb #31a99af9
 @patch
+def weights_signature(self: SharedEmbeddingNet, k: int = 4) -> tuple:
+    "For each float tensor of the base's module that holds the deep layer (e.g. `backbone`): its dot products with `k` fixed random vectors, and its norm. Equal weights give equal numbers in any float type and on any device."
+    prefix, g, sig, norms = self.high.rpartition('.')[0], torch.Generator().manual_seed(0), [], []
+    for name, v in self.base.state_dict().items():
+        if v.is_floating_point() and (not prefix or name.startswith(prefix + '.')):
+            w = v.detach().reshape(-1).cpu().double()
+            sig.append((torch.randn(k, len(w), generator=g, dtype=torch.float64) @ w).tolist()); norms.append(float(w.norm()))
+    return sig, norms
+
+@patch
 def base_layers(self: SharedEmbeddingNet) -> dict:
-    "What the embedder reads of its base model: the model's class, the layer names, their channels and the deep layer's stride."
+    "What the embedder reads of its base model: the model's class, the layer names, their channels, the deep layer's stride, and `weights_signature`."
     low_ch, high_ch, high_stride = self._shapes
-    return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch, high_channels=high_ch, high_stride=high_stride)
+    return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch, high_channels=high_ch, high_stride=high_stride,
+                weights=self.weights_signature()[0])
 
 # %% ../nbs/03b_shared_backbone.ipynb #c8233581
 class BaseModelNeeded(ValueError):
@@ -194,6 +205,22 @@ class BaseModelNeeded(ValueError):
     def __init__(self, source, what: str):
         store_attr()
         super().__init__(f"{source} holds an embedder that reads the features of {what}: pass that model, as in load_embedder(path, base=model).")
+
+SAME_WEIGHTS_TOL = 0.02   # the largest change of a base tensor, relative to its norm, still taken as the same weights (a cast, not retraining)
+
+def _weights_change(saved: list, sig: list, norms: list) -> float:
+    "The largest relative change of a tensor between two `weights_signature`s (`saved`, and `sig` with its `norms`): |δ| ≈ |Δ projections|/√k; inf when the tensors differ in number."
+    if len(saved) != len(sig) or any(len(a) != len(b) for a, b in zip(saved, sig)): return math.inf
+    return max((math.dist(a, b) / math.sqrt(len(a)) / max(n, 1e-12) for a, b, n in zip(saved, sig, norms)), default=0.)
+
+def _check_same_weights(saved: list, net, source):
+    "Refuse, naming `source`, a base model whose weights are not those the embedder was trained on (`saved`: their `weights_signature`)."
+    change = _weights_change(saved, *net.weights_signature())
+    if change > SAME_WEIGHTS_TOL:
+        raise ValueError(f"{source} was trained on a {type(net.base).__name__} with other weights ("
+                         + (f"a tensor differs by about {change:.0%} of its norm" if math.isfinite(change) else "another number of tensors")
+                         + "): its embeddings and prototypes would not match this model's features. Pass the base model the embedder "
+                         "was trained with, or train the embedder on this one.")
 
 def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Module | None = None) -> SharedEmbeddingNet:
     "The `SharedEmbeddingNet` in `d` (from `embedder_state`, kind 'shared') rebuilt on `base`, in eval mode; a clear error without a matching `base`."
@@ -206,6 +233,7 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     got = net.base_layers()
     diff = [f"{k} {want[k]!r} (this model: {got[k]!r})" for k in ('low_channels', 'high_channels', 'high_stride') if k in want and want[k] != got[k]]
     if diff: raise ValueError(f"{source} was trained on {what} with {', '.join(diff)}: pass the base model it was trained with.")
+    if isinstance(want.get('weights'), list): _check_same_weights(want['weights'], net, source)
     try: net.load_state_dict(d.get('state_dict'))
     except Exception as e:
         raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
