@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_inference.ipynb #8063c0bc
 from __future__ import annotations
-import json, os, re, math, secrets, contextlib, itertools, functools, time
+import json, os, re, math, secrets, contextlib, itertools, functools, time, warnings
 from dataclasses import dataclass, replace, asdict, fields
 from functools import partial
 from pathlib import Path
@@ -36,7 +36,9 @@ def _raw_hwc(a: np.ndarray):
     if a.ndim == 3: a = a[None]
     if a.ndim != 4 or a.shape[-1] not in (1, 3, 4):
         raise ValueError(f"A raw image must be (H,W), (H,W,3), (H,W,4) or (B,H,W,3); got shape {a.shape}.")
-    t = torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)
+    with warnings.catch_warnings():                   # a read-only array (np.asarray of a PIL image) is only read: no warning
+        warnings.filterwarnings('ignore', 'The given NumPy array is not writable')
+        t = torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)
     if t.shape[1] == 1: t = t.expand(-1, 3, -1, -1)  # grayscale -> RGB
     return t[:, :3], scale                            # RGBA -> RGB
 

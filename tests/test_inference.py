@@ -91,3 +91,16 @@ def test_grey_vote_batch_agrees(case, vote, grey):
     kw = dict(top_n=min(3, M), radius=3, vote=vote, grey=grey)
     a = refine_predict(imgs, logits, emb, protos, **kw)
     assert torch.equal(a, torch.stack([refine_predict(imgs[i], logits[i], emb, protos, **kw) for i in range(2)]))
+
+
+def test_pil_and_read_only_images_warn_nothing():
+    "A PIL image, or a read-only numpy view of one, is only read: no PyTorch warning about non-writable arrays (in a fresh process, where it would show once)."
+    import subprocess, sys
+    code = ("import warnings, numpy as np, PIL.Image\n"
+            "from brefine.inference import prepare_image\n"
+            "warnings.simplefilter('error', UserWarning)\n"
+            "im = PIL.Image.fromarray(np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3))\n"
+            "a = np.asarray(im); a.setflags(write=False)\n"
+            "for x in (im, a): assert prepare_image(x)[0].shape == (1, 3, 8, 8)\n")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
