@@ -189,15 +189,15 @@ def weights_signature(self: SharedEmbeddingNet, k: int = 4) -> tuple:
     for name, v in self.base.state_dict().items():
         if v.is_floating_point() and (not prefix or name.startswith(prefix + '.')):
             w = v.detach().reshape(-1).cpu().double()
-            sig.append((torch.randn(k, len(w), generator=g, dtype=torch.float64) @ w).tolist()); norms.append(float(w.norm()))
+            sig.append([float(w @ torch.randn(len(w), generator=g).double()) for _ in range(k)]); norms.append(float(w.norm()))
     return sig, norms
 
 @patch
-def base_layers(self: SharedEmbeddingNet) -> dict:
-    "What the embedder reads of its base model: the model's class, the layer names, their channels, the deep layer's stride, and `weights_signature`."
+def base_layers(self: SharedEmbeddingNet, weights: bool = True) -> dict:
+    "What the embedder reads of its base model: the model's class, the layer names, their channels, the deep layer's stride, and with `weights` its `weights_signature`."
     low_ch, high_ch, high_stride = self._shapes
     return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch, high_channels=high_ch, high_stride=high_stride,
-                weights=self.weights_signature()[0])
+                **(dict(weights=self.weights_signature()[0]) if weights else {}))
 
 # %% ../nbs/03b_shared_backbone.ipynb #c8233581
 class BaseModelNeeded(ValueError):
@@ -230,7 +230,7 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     base = _model_of(base)
     try: net = SharedEmbeddingNet(base, **d['config'])
     except Exception as e: raise ValueError(f"{source} needs {what}, which this {type(base).__name__} does not give ({type(e).__name__}: {e})") from None
-    got = net.base_layers()
+    got = net.base_layers(weights=False)
     diff = [f"{k} {want[k]!r} (this model: {got[k]!r})" for k in ('low_channels', 'high_channels', 'high_stride') if k in want and want[k] != got[k]]
     if diff: raise ValueError(f"{source} was trained on {what} with {', '.join(diff)}: pass the base model it was trained with.")
     if isinstance(want.get('weights'), list): _check_same_weights(want['weights'], net, source)
