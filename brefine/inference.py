@@ -537,9 +537,13 @@ OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
+def _wait_for_gpu():
+    "Wait until the GPU (CUDA) has run the work queued on it: its kernels run after the call that queues them returns."
+    if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
+
 def _timed(f, *args) -> tuple:
-    "(`f(*args)`, the seconds it took)."
-    t = time.perf_counter(); r = f(*args)
+    "(`f(*args)`, the seconds it took, on a GPU too: the clock is read once the work queued before and by `f` has run)."
+    _wait_for_gpu(); t = time.perf_counter(); r = f(*args); _wait_for_gpu()
     return r, time.perf_counter() - t
 
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from fastcore.basics import patch, store_attr
 from fastai.torch_core import params
-from .core import _model_of
+from .core import _model_of, _device_of
 from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images
 
 # %% auto #0
@@ -124,7 +124,7 @@ class SharedEmbeddingNet(nn.Module):
         self.blocks, entry = _trained_blocks(base, self.low, self.high, train_blocks)
         self._hooked = dict(low=mods[self.low], **({'high': mods[self.high]} if entry is None else {'entry': mods[entry]}))   # a dict: not registered either
         self.head = EmbeddingHead(low_ch, high_ch, emb_dim, [max(1, r * 16 // high_stride) for r in (6, 12, 18)], normalize,
-                                  aspp_dim, low_level_dim, decoder_dim, dropout, fusion)
+                                  aspp_dim, low_level_dim, decoder_dim, dropout, fusion).to(_device_of(base))   # where the base is (a GPU, say)
         self.emb_dim, self.normalize, self._shapes = emb_dim, normalize, (low_ch, high_ch, high_stride)
         self.config = dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, normalize=normalize,
                            dropout=dropout, low=self.low, high=self.high, train_blocks=0 if self.blocks is None else len(self.blocks), fusion=fusion)
@@ -137,6 +137,9 @@ class SharedEmbeddingNet(nn.Module):
 @patch
 def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> tuple:
     "(the base's output, or None unless `whole`; the low feature; the deep feature, or with `blocks` the input of the first copied block): what one forward of the base model on `x` gives the embedder."
+    b, h = _device_of(self.base), _device_of(self.head)
+    if b != h: raise RuntimeError(f"The base model is on {b} but the embedder's head on {h}: move them together with "
+                                  f"embedder.to(device), which moves the base model too.")
     inputs = {k: m for k, m in self._hooked.items() if k == 'entry'}
     out, got = _capture(self.base, x, {k: m for k, m in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
     missing = [k for k in self._hooked if k not in got]

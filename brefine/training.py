@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
-from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed
-from .core import atomic_save, safe_load, default_device, _model_of, _norm_stats
+from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
+from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats
 
 # %% auto #0
 __all__ = ['rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner', 'CheckpointCallback',
@@ -102,8 +102,9 @@ def resume_learner(learn, ck) -> int:
         raise ValueError(f"The checkpoint's embedder {ck['config']} differs from the learner's {model.config}: "
                          "build the learner with the checkpoint's backbone and emb_dim.")
     model.load_state_dict(ck['state_dict'])
+    dev = getattr(learn.dls, 'device', None) or _device_of(model)          # where fit will train (fastai moves the model there)
     learn.create_opt()
-    if ck.get('opt'): learn.opt.load_state_dict(ck['opt'])
+    if ck.get('opt'): learn.opt.load_state_dict(to_device(ck['opt'], dev))   # the moments where their weights will be
     if ck.get('rng'): set_rng_states(_own_rng_states(ck), learn.dls)
     return ck['epoch']
 

@@ -2,7 +2,7 @@
 import os, subprocess, sys
 from pathlib import Path
 import numpy as np
-import pytest
+import pytest, torch
 from PIL import Image
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 
@@ -54,7 +54,7 @@ def test_chain(trained):
     run('refine', data/'val', scores, out2, '--checkpoint', ck, '--protos', protos, '--top_n', 3, '--bs', 3, '--workers', 2)
     a = np.stack([np.asarray(Image.open(o)) for o in outs])
     b = np.stack([np.asarray(Image.open(o)) for o in sorted(out2.iterdir())])
-    assert a.shape == b.shape and (a != b).mean() <= 1e-3
+    assert a.shape == b.shape and (a != b).mean() <= (1e-3 if not torch.cuda.is_available() else 1e-2)   # a GPU's TF32 convolutions: more near-ties
     r = run('refine', data/'val', scores, out2, '--checkpoint', ck, '--protos', protos, ok=False)
     assert r.returncode == 2 and '--skip_existing' in r.stderr
     r = run('evaluate', out, data/'valannot', '--n_classes', len(SYNTH_CODES))

@@ -34,16 +34,25 @@ def run(tmp_path_factory):
     assert load_checkpoint(d/'straight.pt')['epoch'] == EPOCHS
     return d, data, weights(d/'straight.pt')
 
-def test_stop_and_resume_matches_uninterrupted(run):
+@pytest.fixture(scope='module')
+def tol(run):
+    """How close a resumed run must end to the uninterrupted one: 1e-5 on a CPU, where training is deterministic; on a GPU,
+    whose training kernels are not all deterministic, within 10x the difference between two uninterrupted runs."""
+    if not torch.cuda.is_available(): return 1e-5
+    d, data, straight = run
+    train(data, d/'straight2.pt')
+    return max(1e-5, 10 * max_diff(straight, weights(d/'straight2.pt')))
+
+def test_stop_and_resume_matches_uninterrupted(run, tol):
     d, data, straight = run
     r = train(data, d/'stopped.pt', '--stop_after', 1)
     assert load_checkpoint(d/'stopped.pt')['epoch'] == 1 and '--resume' in r.stdout
     r = train(data, d/'stopped.pt', '--resume')
     assert 'resuming from epoch 1 of 3' in r.stdout
     assert load_checkpoint(d/'stopped.pt')['epoch'] == EPOCHS
-    assert_same(straight, weights(d/'stopped.pt'))
+    assert_same(straight, weights(d/'stopped.pt'), tol)
 
-def test_sigkill_then_resume_matches_uninterrupted(run):
+def test_sigkill_then_resume_matches_uninterrupted(run, tol):
     "Kill the process (no clean-up at all) once the first epoch's checkpoint exists, then resume."
     d, data, straight = run
     out = d/'killed.pt'
@@ -55,16 +64,16 @@ def test_sigkill_then_resume_matches_uninterrupted(run):
     ck = load_checkpoint(out)                       # whatever epoch it reached, the file is whole
     assert 1 <= ck['epoch'] <= EPOCHS
     train(data, out, '--resume')
-    assert_same(straight, weights(out))
+    assert_same(straight, weights(out), tol)
 
-def test_random_states_are_what_makes_resume_exact(run):
+def test_random_states_are_what_makes_resume_exact(run, tol):
     "Resuming the same checkpoint without its random states ends elsewhere: the check above can fail."
     d, data, straight = run
     train(data, d/'norng.pt', '--stop_after', 1)
     ck = load_checkpoint(d/'norng.pt'); del ck['rng']
     atomic_save(ck, d/'norng.pt')
     train(data, d/'norng.pt', '--resume')
-    assert max_diff(straight, weights(d/'norng.pt')) > 1e-3
+    assert max_diff(straight, weights(d/'norng.pt')) > max(1e-3, tol)
 
 def test_resume_refusals(run, tmp_path):
     d, data, _ = run
