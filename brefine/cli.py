@@ -373,7 +373,8 @@ def refine(images: str,               # folder of images (or one image file)
     if ref is None: ref = _refiner(bundle, checkpoint, protos, model, **options); _check_palette(pal, ref)
     _make_dir(out)
     items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
-    n = _refine_all(ref.to(default_device()), items, [dsts[i] for i in todo], model, pal, bs, workers)
+    dev = default_device()                                              # the base model runs there too, not only the embedder
+    n = _refine_all(ref.to(dev), items, [dsts[i] for i in todo], None if model is None else model.to(dev), pal, bs, workers)
     print(f"wrote {n} refined label maps to {out}" + (f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''))
     return out
 
