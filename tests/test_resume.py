@@ -7,7 +7,10 @@ from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 
 BREFINE = [sys.executable, '-c', 'import sys; from brefine.cli import main; sys.exit(main())']
-ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg')
+# Training runs on the CPU, where it is deterministic, so a resumed run must end where the uninterrupted one does.
+# On a GPU some training kernels (bilinear upsampling's backward, among others) are not deterministic, and two identical
+# 3-epoch runs end far apart, so exactness cannot be checked there; tests/test_cuda.py resumes a GPU run.
+ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', CUDA_VISIBLE_DEVICES='')
 EPOCHS = 3
 ARGS = ['--backbone', 'mobilenet_v2', '--emb_dim', 8, '--epochs', EPOCHS, '--bs', 2, '--lr', 3e-3, '--seed', 7]
 
@@ -34,25 +37,16 @@ def run(tmp_path_factory):
     assert load_checkpoint(d/'straight.pt')['epoch'] == EPOCHS
     return d, data, weights(d/'straight.pt')
 
-@pytest.fixture(scope='module')
-def tol(run):
-    """How close a resumed run must end to the uninterrupted one: 1e-5 on a CPU, where training is deterministic; on a GPU,
-    whose training kernels are not all deterministic, within 10x the difference between two uninterrupted runs."""
-    if not torch.cuda.is_available(): return 1e-5
-    d, data, straight = run
-    train(data, d/'straight2.pt')
-    return max(1e-5, 10 * max_diff(straight, weights(d/'straight2.pt')))
-
-def test_stop_and_resume_matches_uninterrupted(run, tol):
+def test_stop_and_resume_matches_uninterrupted(run):
     d, data, straight = run
     r = train(data, d/'stopped.pt', '--stop_after', 1)
     assert load_checkpoint(d/'stopped.pt')['epoch'] == 1 and '--resume' in r.stdout
     r = train(data, d/'stopped.pt', '--resume')
     assert 'resuming from epoch 1 of 3' in r.stdout
     assert load_checkpoint(d/'stopped.pt')['epoch'] == EPOCHS
-    assert_same(straight, weights(d/'stopped.pt'), tol)
+    assert_same(straight, weights(d/'stopped.pt'))
 
-def test_sigkill_then_resume_matches_uninterrupted(run, tol):
+def test_sigkill_then_resume_matches_uninterrupted(run):
     "Kill the process (no clean-up at all) once the first epoch's checkpoint exists, then resume."
     d, data, straight = run
     out = d/'killed.pt'
@@ -64,16 +58,16 @@ def test_sigkill_then_resume_matches_uninterrupted(run, tol):
     ck = load_checkpoint(out)                       # whatever epoch it reached, the file is whole
     assert 1 <= ck['epoch'] <= EPOCHS
     train(data, out, '--resume')
-    assert_same(straight, weights(out), tol)
+    assert_same(straight, weights(out))
 
-def test_random_states_are_what_makes_resume_exact(run, tol):
+def test_random_states_are_what_makes_resume_exact(run):
     "Resuming the same checkpoint without its random states ends elsewhere: the check above can fail."
     d, data, straight = run
     train(data, d/'norng.pt', '--stop_after', 1)
     ck = load_checkpoint(d/'norng.pt'); del ck['rng']
     atomic_save(ck, d/'norng.pt')
     train(data, d/'norng.pt', '--resume')
-    assert max_diff(straight, weights(d/'norng.pt')) > max(1e-3, tol)
+    assert max_diff(straight, weights(d/'norng.pt')) > 1e-3
 
 def test_resume_refusals(run, tmp_path):
     d, data, _ = run
