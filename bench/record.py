@@ -155,11 +155,11 @@ def printout(script: str, argv, path=None, name: str | None = None):
         e = record(name or path.stem, path, argv, time.perf_counter() - t0, script=script, started=started)
         print(f"recorded bench/results/{e['file']} in bench/results/manifest.json", file=sys.stderr)
 
-def main_recorded(ap, name: str, run):
-    "Parse `ap`'s arguments and a `--record` flag, then `run(args)`; with --record the printout is kept as bench/results/<name>.txt."
+def main_recorded(ap, name: str, run, results=None):
+    "Parse `ap`'s arguments and a `--record` flag, then `run(args)`; with --record the printout is kept as bench/results/<name>.txt, or <results(args)>.txt."
     ap.add_argument('--record', action='store_true', help=f'also write the printout to bench/results/{name}.txt and record it in the manifest')
     a = ap.parse_args()
-    with printout(f'bench/{name}.py', sys.argv[1:], RESULTS/f'{name}.txt' if a.record else None): run(a)
+    with printout(f'bench/{name}.py', sys.argv[1:], RESULTS/f'{results(a) if results else name}.txt' if a.record else None): run(a)
 
 if __name__ == '__main__':
     write_index()

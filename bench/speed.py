@@ -12,7 +12,11 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
 - of which the floor: the steps of the post-processing that touch every pixel whatever the settings, the arg-max and the
   band of the arg-max map (`batch_band`), from the same probabilities;
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
-  in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded).
+  in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded); on a GPU
+  (`--device cuda`), the peak of `torch.cuda.max_memory_allocated` above what was allocated before the stage.
+
+`--device cuda` runs the models and the post-processing on the GPU (the raw image is prepared on the CPU and sent over, as
+a user's would be; each time waits for the GPU to finish); its rows are written to `speed_cuda.txt` / `speed_cuda.json`.
 
 Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
 light one bench/benchmark.py trains); `shared`, a SharedEmbeddingNet head of the same sizes on the base model's own
@@ -24,14 +28,14 @@ closures over models built there, `post(emb)` being the post-processing; each pa
 fields, so another way of computing the embedding is one more such function in PATHS.
 
 Prints times and peak-memory growth as ratios to the base forward's. `--record` also writes the printout to
-bench/results/speed.txt and the rows to bench/results/speed.json -- a list of {size ("HxW"), path, base_s,
+bench/results/speed.txt and the rows to bench/results/speed.json (with `--device cuda`: speed_cuda.txt, speed_cuda.json) -- a list of {size ("HxW"), path, base_s,
 refine_over_base, post_over_base, peak_mem_over_base} -- and records both in bench/results/manifest.json.
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
 `brefine_before` from a temporary copy), or `--before FILE` that of another copy of brefine/inference.py alone, in the
 same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
 the embedder (forward hooks). Usage:
-    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
+    .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--device cuda] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
 """
@@ -83,10 +87,10 @@ def separate(H, W, a, post) -> dict:
     from benchmark import base_model
     from brefine import EmbeddingNet
     from brefine.inference import prepare_image
-    base = base_model(n_classes=11, pretrained=False).eval()
-    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval()
+    base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval().to(a.device)
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
-    prep = lambda: prepare_image(img, a.mean, a.std)[0]
+    prep = lambda: prepare_image(img, a.mean, a.std)[0].to(a.device)
     with torch.inference_mode(): emb = emb_net(prep())          # the embedding the post-processing alone works on
     return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb,
                 embedding=(emb_net, lambda: emb_net(prep())))
@@ -98,10 +102,10 @@ def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None
     from brefine.shared_backbone import SharedEmbeddingNet
     from brefine.inference import prepare_image
     from brefine.learner import embedding_size
-    base = base_model(n_classes=11, pretrained=False).eval()
+    base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
     net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks if train_blocks is None else train_blocks, fusion=fusion or a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
-    prep = lambda: prepare_image(img, a.mean, a.std)[0]
+    prep = lambda: prepare_image(img, a.mean, a.std)[0].to(a.device)
     size = embedding_size(prep())
     with torch.inference_mode():
         _, low, deep = net.features(prep(), whole=True)       # what the base forward's hooks capture
@@ -119,10 +123,10 @@ def stages(path: str, H, W, a) -> tuple:
     from brefine import Prototypes, batch_band
     import brefine.inference as inf
     torch.set_num_threads(a.threads)
-    probs = _scene_probs(H, W)
+    probs = _scene_probs(H, W).to(a.device)
     protos = Prototypes(torch.randn(11, a.emb_dim, generator=torch.Generator().manual_seed(1)), torch.ones(11, dtype=torch.long),
                         train_radius=3, mean=a.mean, std=a.std)
-    x = torch.zeros(1, 3, H, W)                                  # the prepared image: base_probs reads its size
+    x = torch.zeros(1, 3, H, W, device=a.device)                 # the prepared image: base_probs reads its size
     st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
     emb, embedding = st.pop('emb'), st.pop('embedding')
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
@@ -134,21 +138,30 @@ def stages(path: str, H, W, a) -> tuple:
         st['before'] = lambda: before(emb)
     return st, embedding
 
-def timings(st: dict, repeats: int) -> dict:
-    "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike)."
+def _wait(device: str):
+    "Wait until the GPU has finished what it was given (nothing to wait for on the CPU)."
+    import torch
+    if torch.device(device).type == 'cuda': torch.cuda.synchronize(device)
+
+def timings(st: dict, repeats: int, device: str = 'cpu') -> dict:
+    "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike); on a GPU each time ends when the GPU has finished."
     import torch
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
         for _ in range(repeats):
             for k, f in st.items():
-                s = time.perf_counter(); f(); ts[k].append(time.perf_counter() - s)
+                _wait(device); s = time.perf_counter(); f(); _wait(device); ts[k].append(time.perf_counter() - s)
     return {k: sorted(v)[len(v) // 2] for k, v in ts.items()}
 
-def peak_mib(f) -> float:
-    "Peak of the memory torch allocates on the CPU during `f()` (torch.profiler's allocation and free events, in time order)."
+def peak_mib(f, device: str = 'cpu') -> float:
+    "Peak of the memory torch allocates on the CPU during `f()` (torch.profiler's allocation and free events, in time order); on a GPU, the peak of what the CUDA allocator holds above what it held before."
     import itertools, torch
     from torch.profiler import profile, ProfilerActivity
+    if torch.device(device).type == 'cuda':
+        _wait(device); before = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
+        with torch.inference_mode(): f()
+        _wait(device); return (torch.cuda.max_memory_allocated(device) - before) / 2**20
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: f()
     ev = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
     return max(itertools.accumulate(m for _, m in ev), default=0) / 2**20
@@ -194,6 +207,7 @@ def embedding_parts(net, f, repeats: int) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--threads', type=int, default=2); ap.add_argument('--repeats', type=int, default=5)
+    ap.add_argument('--device', default='cpu', help="where the models and the post-processing run: 'cpu' or 'cuda'")
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
     ap.add_argument('--fusion', default='concat', help="the embedder head's fusion: 'concat' or 'sum' (see brefine.learner.EmbeddingHead)")
@@ -206,11 +220,17 @@ def main():
     ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
     ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
-    main_recorded(ap, 'speed', run)
+    main_recorded(ap, 'speed', run, results=_results_name)
+
+def _results_name(a) -> str:
+    "The stem of the results files: speed on the CPU, speed_cuda on a GPU."
+    return 'speed' if a.device == 'cpu' else f"speed_{a.device.split(':')[0]}"
 
 def run(a):
+    import torch
     t0 = time.perf_counter()
-    print(f'brefine speed (batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
+    on = f"{torch.cuda.get_device_name(a.device)}, torch {torch.__version__}, " if torch.device(a.device).type == 'cuda' else ''
+    print(f'brefine speed ({on}batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim}, fusion {a.fusion}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
     print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
           f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else ''))
@@ -218,7 +238,7 @@ def run(a):
     for path in a.paths:
         for H, W in SIZES:
             st, embedding = stages(path, H, W, a)
-            tm, mem = timings(st, a.repeats), {k: peak_mib(st[k]) for k in ('base', 'refine', 'post')}
+            tm, mem = timings(st, a.repeats, a.device), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
             row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
                        post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
             rows.append(row)
@@ -235,8 +255,8 @@ def run(a):
                 print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(embedding[0]).__name__}')
                 for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')
     if a.record:
-        path, tmp = RESULTS/'speed.json', RESULTS/f'.speed.json.{os.getpid()}.tmp'
+        path = RESULTS/f'{_results_name(a)}.json'; tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
         tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
-        record('speed', path, sys.argv[1:], time.perf_counter() - t0, script='bench/speed.py')
+        record(_results_name(a), path, sys.argv[1:], time.perf_counter() - t0, script='bench/speed.py')
 
 if __name__ == '__main__': main()
