@@ -420,18 +420,23 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
     return lin, cand.to(_label_dtype(len(vecs))), allowed, d, top_p
 
 # %% ../nbs/05_inference.ipynb #5cfbf161
-_CHUNK = 1 << 16                                                          # band pixels per step of the band pass (bounds memory)
+_CHUNK = 1 << 16                                                          # band pixels per step of the band pass on a CPU (bounds memory)
+_GPU_CHUNK = 1 << 19                                                      # on a GPU: fewer, larger steps (each one launches ~100 small kernels)
 GREY_PASSES = 2                                                           # passes of the vote with a grey-level weight
 
-def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK, levels=None) -> tuple:
-    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results chunk by chunk, made as they are read: `list` them to read them again; the grey `levels`)."
+def _chunk_for(device) -> int:
+    "Band pixels per step of the band pass on `device`: `_CHUNK` on a CPU, `_GPU_CHUNK` on a GPU, where a step's time is mostly kernel launches."
+    return _GPU_CHUNK if torch.device(device).type == 'cuda' else _CHUNK
+
+def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> tuple:
+    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results `chunk` band pixels at a time (None: `_chunk_for` the embedding's device), made as they are read: `list` them to read them again; the grey `levels`)."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
     lin = _band_pixels(base, top1, is_p, s) if s.top_n > 1 else base.new_zeros(0)
     if len(lin) == 0: return base, M, [], levels
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
     maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
-    rows = probs.transpose(0, 1).reshape(M, -1)                           # (M, B·H·W): a view for one image
+    rows, chunk = probs.transpose(0, 1).reshape(M, -1), chunk or _chunk_for(emb.device)   # rows (M, B·H·W): a view for one image
     return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)), levels
 
 def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None) -> torch.Tensor:
@@ -455,7 +460,7 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     return base.long()
 
-def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int = _CHUNK, levels=None) -> torch.Tensor:
+def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
     return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey)
 
@@ -469,12 +474,12 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
             settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
-            chunk: int = _CHUNK,       # band pixels per step (bounds memory)
+            chunk: int|None = None,    # band pixels per step (bounds memory); None: 65536 on a CPU, 524288 on a GPU
             levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
             **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey)
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     _check_protos(prototypes, probs.shape[1], emb.shape[1])
-    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), as_int(chunk, 'chunk', 1)
+    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
     if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
         raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
                          f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
@@ -572,7 +577,7 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
         for (e, p, lv, t_lv), g in zip(cache, gts):
             a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
             for idx in groups.values():
-                (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, tried[idx[0]].for_classes(n), _CHUNK, lv)
+                (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, tried[idx[0]].for_classes(n), None, lv)
                 chunks, t_l = _timed(list, chunks)                          # the chunks are made as they are listed
                 for i in idx:                                                # once for every alpha and vote
                     out, t_d = _timed(_decide, (b_, M_, chunks, lv), tried[i].alpha, tried[i].vote, tried[i].grey)
