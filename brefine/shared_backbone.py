@@ -255,8 +255,8 @@ def reads_base(embedder, base) -> bool:
     return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
 
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
-    "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`: one base forward when `reads_base(embedder, base)`."
+    "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`, each model reading them on its own device: one base forward when `reads_base(embedder, base)`."
     net = _model_of(embedder)
-    if reads_base(net, base): out, emb = net.forward_with_base(x)
-    else: out, emb = _model_of(base)(x), net(x)
+    if reads_base(net, base): out, emb = net.forward_with_base(x.to(_device_of(net)))
+    else: b = _model_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
     return _logits(out), emb
