@@ -270,31 +270,34 @@ def _check_outputs(files, dsts, inputs):
                                              "even with --force. Write the label maps to another folder (OUT).")
 
 # %% ../nbs/07_cli.ipynb #451aba67
-def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, **options):
-    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's); an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None."
+def _options(options: dict, n: int, pal=None) -> dict:
+    "The refinement settings given as `options` (None: not given), checked against the prototypes' `n` classes, as is a --palette_from palette `pal`."
+    given = {k: v for k, v in options.items() if v is not None}
+    if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
+    if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
+    if pal is not None and n > 256:
+        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {n} "
+                         "classes. Drop --palette_from to write 16-bit label PNGs.")
+    return given
+
+def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=None, **options):
+    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None, the options checked all the same."
     from dataclasses import replace
     from brefine.inference import Refiner
     from brefine.learner import load_embedder
     from brefine.prototypes import Prototypes
     from brefine.shared_backbone import BaseModelNeeded
     if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
-    try: ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), Prototypes.load(protos))
+    try:
+        p = None if bundle else Prototypes.load(protos)                  # first, as Refiner.load does: they come with BaseModelNeeded
+        ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
     except BaseModelNeeded as e:
-        if later: return None
+        if later: _options(options, (e.prototypes if p is None else p).n_classes, pal); return None
         raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "
                          "not enough: pass '-' as SCORES and the model as --learner FILE (an exported fastai Learner; loading it "
                          "unpickles the file, so only one you trust).") from None
-    given, n = {k: v for k, v in options.items() if v is not None}, ref.prototypes.n_classes
-    if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
-    if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
-    ref.settings = replace(ref.settings, **given)
+    ref.settings = replace(ref.settings, **_options(options, ref.prototypes.n_classes, pal))
     return ref
-
-def _check_palette(pal, ref):
-    "Refuse a --palette_from palette (`pal`, or None) for a Refiner `ref` of more than 256 classes."
-    if pal is not None and ref.prototypes.n_classes > 256:
-        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {ref.prototypes.n_classes} "
-                         "classes. Drop --palette_from to write 16-bit label PNGs.")
 
 # %% ../nbs/07_cli.ipynb #2435d989
 def _load_learner(fname):
@@ -355,9 +358,8 @@ def refine(images: str,               # folder of images (or one image file)
     files, sfs = _refine_inputs(images, scores, learner)
     if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
     options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey)
-    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, **options)   # None: it reads the --learner's model
     pal, pal_file = _palette(palette_from)
-    if ref is not None: _check_palette(pal, ref)
+    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, pal=pal, **options)   # None: it reads the --learner's model
     dsts = [out/(f.stem + '.png') for f in files]
     used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
     _check_outputs(files, dsts, files + [Path(p) for p in used if p])
@@ -370,7 +372,7 @@ def refine(images: str,               # folder of images (or one image file)
     if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(todo)} images, e.g. {miss[0].name}: expected "
                                      f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
     model = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
-    if ref is None: ref = _refiner(bundle, checkpoint, protos, model, **options); _check_palette(pal, ref)
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, model, pal=pal, **options)
     _make_dir(out)
     items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
     dev = default_device()                                              # the base model runs there too, not only the embedder

@@ -19,7 +19,7 @@ from .core import atomic_write, to_numpy, as_int, as_float, _model_of, _device_o
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
-from .shared_backbone import reads_base, embed_with_base
+from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded
 
 # %% auto #0
 __all__ = ['GREY_TABLE_CLASSES', 'GREY_PASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
@@ -330,15 +330,14 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
     return b, (q - b * H if B > 1 else q), lin - q * W
 
 # %% ../nbs/05_inference.ipynb #d96f2b82
-_LUMA = torch.tensor([299., 587., 114.])[:, None, None]                 # Rec. 601 luma weights, in thousandths
-
 def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
     "The 8-bit grey levels (B,H,W) uint8, Rec. 601 luma, of images `x` (B,3,H,W) prepared by `prepare_image` with `mean` and `std`."
     if mean is not None and std is not None:
         m, s = _channel_stats(mean, std, x.device, x.dtype)
-        x = x * s + m
-    rgb = x.mul(255).round_().clamp_(0, 255).mul_(_LUMA.to(x.device, x.dtype))            # whole numbers below 2²⁴: exact in float32
-    return rgb.sum(1).add_(500).div_(1000).floor_().to(torch.uint8)      # (299 R + 587 G + 114 B + 500) // 1000
+        v = torch.addcmul(m * 255, x, s * 255)                           # 255·(x·std + mean) in one pass: the 0-255 values
+    else: v = x * 255
+    r, g, b = v.round_().clamp_(0, 255).unbind(1)                        # whole numbers: the sums below stay under 2²⁴, exact in float32
+    return r.mul(299).add_(g, alpha=587).add_(b, alpha=114).add_(500).div_(1000).floor_().to(torch.uint8)   # (299 R + 587 G + 114 B + 500) // 1000
 
 @functools.lru_cache(maxsize=16)
 def _grey_weights(sigma: float) -> torch.Tensor:
@@ -746,7 +745,8 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
         raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no longer "
                          "has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
     protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
-    net = load_embedder(path/files['embedder'], base=base)
+    try: net = load_embedder(path/files['embedder'], base=base)
+    except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
     if device is not None: net.to(device)
     kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
     try: return cls(net, protos, **kw)

@@ -205,6 +205,7 @@ def base_layers(self: SharedEmbeddingNet, weights: bool = True) -> dict:
 # %% ../nbs/03b_shared_backbone.ipynb #c8233581
 class BaseModelNeeded(ValueError):
     "An embedder file that reads the features of a base model (`what`), loaded from `source` without that model."
+    prototypes = None   # a Refiner bundle's prototypes, which `Refiner.load` attaches: they can be checked before the model is at hand
     def __init__(self, source, what: str):
         store_attr()
         super().__init__(f"{source} holds an embedder that reads the features of {what}: pass that model, as in load_embedder(path, base=model).")
