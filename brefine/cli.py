@@ -13,7 +13,7 @@ from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.torch_core import rank_distrib
 from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options
 
 # %% auto #0
 __all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
@@ -54,7 +54,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           codes: str = None,          # file with one class name per line (default: DATA/codes.txt)
           n_classes: int = None,      # number of classes, when there is no codes file
           void: int = None,           # label value of void pixels (CamVid: 11)
-          backbone: str = 'mobilenet_v2', # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model
+          backbone: str = None,       # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model (default: mobilenet_v2); not with --learner
           emb_dim: int = None,        # embedding size (default: `refine_learner`'s)
           epochs: int = 10,           # epochs of one-cycle training
           lr: float = 2e-3,           # maximum learning rate
@@ -69,21 +69,27 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           resume: bool = False,       # continue from the checkpoint at OUT (same schedule, optimiser and random states)
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
           bf16: bool = False,         # bfloat16 mixed precision: about 2x faster on CPUs with native bfloat16 (AVX512-BF16, AMX), slower on others
+          learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
+          train_blocks: int = None,   # with --learner: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
           force: bool = False):       # overwrite OUT when not resuming
-    "Train the embedder on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
+    "Train the embedder (with --learner, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
-          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1))
+          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1), train_blocks=(train_blocks, 0))
     as_float(lr, '--lr', 0); as_float(margin, '--margin', 0)
     if resume:
         if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
-    else: _check_out(out, force, [init_from])
+    else: ck = None; _check_out(out, force, [init_from, learner])
+    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks),
+                        '--learner FILE', lambda k: '--' + k)
+    if learner is not None and not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
+    base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
                    epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
-                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16)
+                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks)
     if rank_distrib() == 0:
         ck = load_checkpoint(out)
         if ck['epoch'] < ck['n_epochs']:
@@ -98,11 +104,15 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                split: str = 'train',  # sub-folder of DATA to average over
                bs: int = 8,           # batch size
                workers: int = 0,      # DataLoader worker processes
+               learner: str = None,   # for a checkpoint of an embedder on your model's features (`train --learner`): the same exported fastai Learner; loading it unpickles the file, which can run arbitrary code: use only files you trust
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
-    out = Path(out); _check_out(out, force, [checkpoint])
-    pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers)
+    out = Path(out); _check_out(out, force, [checkpoint, learner])
+    if learner is not None and not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
+    _check_base_options(load_checkpoint(checkpoint), checkpoint, learner is not None, {}, '--learner FILE')
+    base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
+    pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
     if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
     return out
 

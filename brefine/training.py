@@ -94,11 +94,15 @@ def _own_rng_states(ck) -> dict:
                       f"uninterrupted. Resume with {len(ranks)} process(es) for that.")
     return ranks[0]
 
+def _without_pretrained(config: dict) -> dict:
+    "An embedder's config without `pretrained`, which only says where the weights started (a saved one has its own)."
+    return {k: v for k, v in config.items() if k != 'pretrained'}
+
 def resume_learner(learn, ck) -> int:
     "Load the weights, optimiser and random states of checkpoint `ck` (dict or path) into `learn`: the epoch to continue from."
     if not isinstance(ck, dict): ck = load_checkpoint(ck)
     model = _model_of(learn.model)
-    if dict(model.config, pretrained=False) != ck['config']:
+    if _without_pretrained(model.config) != _without_pretrained(ck['config']):
         raise ValueError(f"The checkpoint's embedder {ck['config']} differs from the learner's {model.config}: "
                          "build the learner with the checkpoint's backbone and emb_dim.")
     model.load_state_dict(ck['state_dict'])
@@ -188,12 +192,38 @@ def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
         if dt: _say(f"data-parallel training in {num_distrib()} processes ({dt[0].accelerator.distributed_type.value})")
         learn.fit_one_cycle(epochs, lr, start_epoch=start, cbs=cbs)
 
+# %% ../nbs/03a_training.ipynb #5cacf965
+def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model', flag=lambda k: k):
+    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from and train_blocks; `flag` spells an option as the caller does."
+    if ck is not None:
+        shared = ck.get('kind', 'net') == 'shared'
+        if shared and not has_base: raise ValueError(f"{source} holds an embedder that reads a base model's features: pass {base}, the model it was trained on.")
+        if has_base and not shared: raise ValueError(f"{source} holds an embedder with its own backbone, which reads no base model: drop {base}.")
+        return
+    if not has_base and opts.get('train_blocks') is not None:
+        raise ValueError(f"{flag('train_blocks')} counts the blocks of a base model that an embedder on its features copies: pass {base} too, or drop {flag('train_blocks')}.")
+    given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
+    if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
+
+def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks) -> dict:
+    "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
+    from brefine.learner import embedder_from_state
+    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks))
+    if ck is not None:
+        if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
+        embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
+        return dict(ck['config'], base=_model_of(base))
+    if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None,
+                                 **({} if emb_dim is None else dict(emb_dim=emb_dim)))
+    return dict(base=_model_of(base), train_blocks=train_blocks, **({} if emb_dim is None else dict(emb_dim=emb_dim)))
+
+
 # %% ../nbs/03a_training.ipynb #1433c6aa
 def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs with the same names)
                    out,                       # checkpoint to write after every epoch
                    codes: list = None,        # class names (taken from the checkpoint on `resume`)
                    void: int = None,          # label value of void pixels
-                   backbone: str = 'mobilenet_v2', # see `EmbeddingNet`
+                   backbone: str = None,      # see `EmbeddingNet` (None: 'mobilenet_v2'); not with `base`
                    emb_dim: int = None,       # embedding size (None: `refine_learner`'s)
                    epochs: int = 10,          # epochs of one-cycle training
                    lr: float = 2e-3,          # maximum learning rate
@@ -207,20 +237,21 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    seed: int = 0,             # random seed (process k of a multi-process run: seed + k)
                    resume: bool = False,      # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
                    stop_after: int = None,    # stop cleanly after this many epochs of this run
-                   bf16: bool = False         # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
+                   bf16: bool = False,        # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
+                   base = None,               # your segmentation model (or its Learner): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
+                   train_blocks: int = None   # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
                   ) -> Path:
-    "Train an embedder with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
+    "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
     from brefine.data import dls_from_folders
     from brefine.learner import refine_learner
     ck = load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
+    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks)   # every option checked before the data are read
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
     if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
     set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
     dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
-    net = dict(ck['config'], pretrained=False) if ck else dict(backbone=backbone, pretrained=pretrained, **({} if emb_dim is None else dict(emb_dim=emb_dim)),
-                                                             backbone_init=_state_dict(init_from) if init_from else None)
     learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, **net)
     mean, std = _norm_stats(dls.train)
     meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16)
@@ -234,13 +265,15 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
                                data,               # folder with images and masks (as for training)
                                split: str = 'train', # sub-folder of `data` to average over
                                bs: int = 8,        # batch size
-                               workers: int = 0):  # DataLoader worker processes
+                               workers: int = 0,   # DataLoader worker processes
+                               base = None):       # for an embedder that reads a base model's features: that model (or its Learner)
     "The class prototypes of the embedder in `checkpoint` over `data/split`, with the checkpoint's classes, band radius and normalisation."
     from brefine.data import dls_from_folders
     from brefine.learner import embedder_from_state
     from brefine.prototypes import extract_prototypes
     from fastai.data.transforms import get_image_files
     ck, data = load_checkpoint(checkpoint), Path(data); m = ck['meta']
+    _check_base_options(ck, checkpoint, base is not None, {})
     if not (data/split).is_dir(): raise FileNotFoundError(f"No {split}/ folder in {data}.")
     _set_local_device()
     own_group = _init_process_group()
@@ -249,7 +282,7 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
         if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
         dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers)
         dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
-        net = embedder_from_state(ck, checkpoint).to(default_device())
+        net = embedder_from_state(ck, checkpoint, base).to(default_device())
         return extract_prototypes(net, dl, len(m['codes']), m['radius'], ignore_index=m['void'], names=m['codes'],
                                   mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)
     finally:

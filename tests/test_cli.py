@@ -87,6 +87,35 @@ def test_train_init_from(tmp_path, trained):
     assert r.returncode == 2 and 'same architecture' in r.stderr
 
 
+def test_train_on_learner_features(tmp_path, trained):
+    "`train --learner`: an embedder on an exported Learner's model's features; `prototypes` and `refine` take the same file; the maps are the Python API's."
+    import torch
+    from fastai.data.core import Datasets
+    from fastai.learner import Learner, load_learner
+    from brefine.inference import Refiner
+    from brefine.learner import DeepLabV3MobileNetV2, load_embedder
+    from brefine.prototypes import Prototypes
+    _, data, own = trained
+    torch.manual_seed(0)
+    ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
+    Learner(ds.dataloaders(bs=1), DeepLabV3MobileNetV2(len(SYNTH_CODES), pretrained=False), loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'seg.pkl')
+    ck, pf = tmp_path/'shared.pt', tmp_path/'protos.pt'
+    assert '--learner' in run('train', '--help').stdout
+    run('train', data, '--out', ck, '--learner', tmp_path/'seg.pkl', '--train_blocks', 0, '--emb_dim', 8, '--epochs', 1, '--bs', 4)
+    assert torch.load(ck, weights_only=True)['kind'] == 'shared'
+    r = run('prototypes', ck, data, '--out', pf, ok=False)
+    assert r.returncode == 2 and 'pass --learner FILE' in r.stderr and not pf.exists()
+    run('prototypes', ck, data, '--out', pf, '--learner', tmp_path/'seg.pkl')
+    run('refine', data/'val', '-', tmp_path/'out', '--checkpoint', ck, '--protos', pf, '--learner', tmp_path/'seg.pkl', '--top_n', 3)
+    model = load_learner(tmp_path/'seg.pkl', cpu=not torch.cuda.is_available()).model.eval()
+    ref = Refiner(load_embedder(ck, base=model), Prototypes.load(pf), top_n=3)
+    for f in sorted((data/'val').iterdir()):
+        assert (np.asarray(Image.open(tmp_path/'out'/f.name)) == ref(np.asarray(Image.open(f).convert('RGB')), model).numpy()).all()
+    r = run('prototypes', own, data, '--out', tmp_path/'p2.pt', '--learner', tmp_path/'seg.pkl', ok=False)
+    assert r.returncode == 2 and 'drop --learner FILE' in r.stderr
+    r = run('train', data, '--out', tmp_path/'e2.pt', '--learner', tmp_path/'seg.pkl', '--pretrained', ok=False)
+    assert r.returncode == 2 and '--pretrained does not apply with --learner FILE' in r.stderr
+
 # ---- bad input, in-process (`main([...])`), with a bundle saved from an untrained embedder: fast, no training ----
 import contextlib, errno, io, shutil
 from unittest import mock
