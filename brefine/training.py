@@ -205,7 +205,7 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
     given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
     if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
 
-def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks) -> dict:
+def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
     from brefine.learner import embedder_from_state
     _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks))
@@ -213,9 +213,9 @@ def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_b
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
         embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
         return dict(ck['config'], base=_model_of(base))
-    if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None,
-                                 **({} if emb_dim is None else dict(emb_dim=emb_dim)))
-    return dict(base=_model_of(base), train_blocks=train_blocks, **({} if emb_dim is None else dict(emb_dim=emb_dim)))
+    given = {k: v for k, v in dict(emb_dim=emb_dim, fusion=fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
+    if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None, **given)
+    return dict(base=_model_of(base), train_blocks=train_blocks, **given)
 
 
 # %% ../nbs/03a_training.ipynb #1433c6aa
@@ -239,14 +239,15 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    stop_after: int = None,    # stop cleanly after this many epochs of this run
                    bf16: bool = False,        # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
                    base = None,               # your segmentation model (or its Learner): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
-                   train_blocks: int = None   # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
+                   train_blocks: int = None,  # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
+                   fusion: str = None         # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
                   ) -> Path:
     "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
     from brefine.data import dls_from_folders
     from brefine.learner import refine_learner
     ck = load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
-    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks)   # every option checked before the data are read
+    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion)   # every option checked before the data are read
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
     if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
