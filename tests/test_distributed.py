@@ -127,3 +127,24 @@ def test_torchrun_stop_and_resume_matches_uninterrupted(data, tmp_path):
     assert 'written by 1 training process(es) and this run has 2' in r.stderr
     other = load_checkpoint(tmp_path/'first_only.pt')['state_dict']
     assert max((other[k].float() - straight[k].float()).abs().max().item() for k in straight) > 1e-3
+
+@pytest.mark.skipif(not dist.is_available() or not BREFINE.exists(), reason='needs torch.distributed and the brefine script')
+def test_torchrun_on_learner_features(data, tmp_path):
+    "`train --learner` in 2 processes: each loads the model, trains the head on its features, one checkpoint; `prototypes --learner` in 2 processes equals one."
+    pytest.importorskip('accelerate')
+    from fastai.data.core import Datasets
+    from fastai.learner import Learner
+    from brefine.cli import prototypes
+    from brefine.learner import DeepLabV3MobileNetV2
+    torch.manual_seed(0)
+    ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
+    Learner(ds.dataloaders(bs=1), DeepLabV3MobileNetV2(len(SYNTH_CODES), pretrained=False), loss_func=nn.CrossEntropyLoss()).export(tmp_path/'seg.pkl')
+    out = tmp_path/'run'; out.mkdir()
+    r = torchrun('train', data, '--out', out/'emb.pt', '--learner', tmp_path/'seg.pkl', '--train_blocks', 0, '--emb_dim', 8, '--epochs', 1, '--bs', 2)
+    assert 'data-parallel training in 2 processes (MULTI_CPU)' in r.stdout
+    assert sorted(p.name for p in out.iterdir()) == ['emb.pt'] and load_checkpoint(out/'emb.pt')['kind'] == 'shared'
+    torchrun('prototypes', out/'emb.pt', data, '--out', tmp_path/'p2.pt', '--bs', 2, '--learner', tmp_path/'seg.pkl')
+    prototypes(out/'emb.pt', data, out=tmp_path/'p1.pt', bs=2, learner=tmp_path/'seg.pkl')
+    one, two = Prototypes.load(tmp_path/'p1.pt'), Prototypes.load(tmp_path/'p2.pt')
+    assert torch.equal(two.counts, one.counts) and one.counts.sum() > 0
+    torch.testing.assert_close(two.vectors, one.vectors, rtol=1e-5, atol=1e-6)
