@@ -205,6 +205,8 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
     given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
     if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
 
+
+# %% ../nbs/03a_training.ipynb #05f0147d
 def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
     from brefine.learner import embedder_from_state
