@@ -138,20 +138,16 @@ def stages(path: str, H, W, a) -> tuple:
         st['before'] = lambda: before(emb)
     return st, embedding
 
-def _wait(device: str):
-    "Wait until the GPU has finished what it was given (nothing to wait for on the CPU)."
-    import torch
-    if torch.device(device).type == 'cuda': torch.cuda.synchronize(device)
-
-def timings(st: dict, repeats: int, device: str = 'cpu') -> dict:
+def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike); on a GPU each time ends when the GPU has finished."
     import torch
+    from brefine.inference import _wait_for_gpu as _wait
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
         for _ in range(repeats):
             for k, f in st.items():
-                _wait(device); s = time.perf_counter(); f(); _wait(device); ts[k].append(time.perf_counter() - s)
+                _wait(); s = time.perf_counter(); f(); _wait(); ts[k].append(time.perf_counter() - s)
     return {k: sorted(v)[len(v) // 2] for k, v in ts.items()}
 
 def peak_mib(f, device: str = 'cpu') -> float:
@@ -159,9 +155,9 @@ def peak_mib(f, device: str = 'cpu') -> float:
     import itertools, torch
     from torch.profiler import profile, ProfilerActivity
     if torch.device(device).type == 'cuda':
-        _wait(device); before = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.synchronize(device); before = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
         with torch.inference_mode(): f()
-        _wait(device); return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+        torch.cuda.synchronize(device); return (torch.cuda.max_memory_allocated(device) - before) / 2**20
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: f()
     ev = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
     return max(itertools.accumulate(m for _, m in ev), default=0) / 2**20
@@ -238,7 +234,7 @@ def run(a):
     for path in a.paths:
         for H, W in SIZES:
             st, embedding = stages(path, H, W, a)
-            tm, mem = timings(st, a.repeats, a.device), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
+            tm, mem = timings(st, a.repeats), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
             row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
                        post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
             rows.append(row)

@@ -88,7 +88,6 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     else: ck = None; _check_out(out, force, [init_from, learner])
     _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks),
                         '--learner FILE', lambda k: '--' + k)
-    if learner is not None and not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
                    epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
@@ -112,7 +111,6 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
     out = Path(out); _check_out(out, force, [checkpoint, learner])
-    if learner is not None and not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
     _check_base_options(load_checkpoint(checkpoint), checkpoint, learner is not None, {}, '--learner FILE')
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
@@ -253,7 +251,7 @@ def _refine_inputs(images: Path, scores, learner):
     if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}.")
     if learner is not None:
         if str(scores) != '-': raise ValueError(f"With --learner its model computes the scores: pass '-' as SCORES, not {scores}.")
-        if not Path(learner).is_file(): raise FileNotFoundError(f"Learner file not found: {learner}")
+        _check_learner_file(learner)
         return files, None
     if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by a model, but no --learner was given: pass a folder "
                                             "of saved scores, or --learner FILE.")
@@ -313,9 +311,14 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
     return ref
 
 # %% ../nbs/07_cli.ipynb #2435d989
+def _check_learner_file(fname):
+    "Refuse a --learner FILE that does not exist, before anything reads it."
+    if not Path(fname).is_file(): raise FileNotFoundError(f"Learner file not found: {fname}")
+
 def _load_learner(fname):
     "The model of the exported fastai Learner in `fname`, in eval mode. This unpickles the file, which can run code: only for trusted files."
     from fastai.learner import load_learner
+    _check_learner_file(fname)
     try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
     except (FileNotFoundError, PermissionError): raise
     except Exception as e:
