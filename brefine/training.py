@@ -220,6 +220,30 @@ def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_b
     return dict(base=_model_of(base), train_blocks=train_blocks, **given)
 
 
+# %% ../nbs/03a_training.ipynb #813faca7
+def _stats_text(mean, std) -> str:
+    "How images are normalised, in words: `mean` and `std` rounded, or no normalisation."
+    r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
+    return 'no normalisation (pixels 0..1)' if mean is None else f'mean {r(mean)} and std {r(std)}'
+
+def _check_stats(kept: tuple, own: tuple, source):
+    "Refuse a model whose Learner normalises images (`own` = (mean, std)) otherwise than the embedder from `source` was trained (`kept`)."
+    same = (kept[0] is None) == (own[0] is None) and (kept[0] is None or np.allclose(kept, own, rtol=1e-5, atol=1e-7))
+    if not same: raise ValueError(f"{source} holds an embedder trained on images normalised with {_stats_text(*kept)}, but the Learner's "
+                                  f"model reads images normalised with {_stats_text(*own)} (its Normalize). Train the embedder on this "
+                                  "Learner (train_embedder(..., base=learn) or brefine train --learner FILE), which normalises as it does.")
+
+def _base_stats(base, ck=None, source=None) -> tuple|None:
+    "`band_dblock`'s `stats` to train on `base`: on resume, checkpoint `ck`'s (from `source`), checked against `base`'s Learner; else the Learner's own `Normalize`'s, or ImageNet's for a bare model. None: no normalisation."
+    from fastai.vision.core import imagenet_stats
+    own = _norm_stats(base.dls) if hasattr(base, 'dls') else None      # a fastai Learner's: what its model was trained on
+    if ck is not None:
+        kept = (ck['meta'].get('mean'), ck['meta'].get('std'))
+        if own is not None: _check_stats(kept, own, source)
+    else: kept = own if own is not None else tuple(imagenet_stats)
+    return None if kept[0] is None else kept
+
+
 # %% ../nbs/03a_training.ipynb #1433c6aa
 def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs with the same names)
                    out,                       # checkpoint to write after every epoch
@@ -240,7 +264,7 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    resume: bool = False,      # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
                    stop_after: int = None,    # stop cleanly after this many epochs of this run
                    bf16: bool = False,        # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
-                   base = None,               # your segmentation model (or its Learner): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
+                   base = None,               # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
                    train_blocks: int = None,  # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
                    fusion: str = None         # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
                   ) -> Path:
@@ -250,11 +274,12 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
     ck = load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
     net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion)   # every option checked before the data are read
+    stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
     if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
     set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
-    dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers)
+    dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers, stats=stats)
     learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, **net)
     mean, std = _norm_stats(dls.train)
     meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16)
@@ -269,7 +294,7 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
                                split: str = 'train', # sub-folder of `data` to average over
                                bs: int = 8,        # batch size
                                workers: int = 0,   # DataLoader worker processes
-                               base = None):       # for an embedder that reads a base model's features: that model (or its Learner)
+                               base = None):       # for an embedder that reads a base model's features: that model (or its Learner, checked to normalise as the training did)
     "The class prototypes of the embedder in `checkpoint` over `data/split`, with the checkpoint's classes, band radius and normalisation."
     from brefine.data import dls_from_folders
     from brefine.learner import embedder_from_state
@@ -277,13 +302,14 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
     from fastai.data.transforms import get_image_files
     ck, data = load_checkpoint(checkpoint), Path(data); m = ck['meta']
     _check_base_options(ck, checkpoint, base is not None, {})
+    stats = _base_stats(base, ck, checkpoint)                         # the training's normalisation, which a Learner must share
     if not (data/split).is_dir(): raise FileNotFoundError(f"No {split}/ folder in {data}.")
     _set_local_device()
     own_group = _init_process_group()
     try:
         files = sorted(get_image_files(data/split, recurse=False))
         if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
-        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers)
+        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers, stats=stats)
         dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
         net = embedder_from_state(ck, checkpoint, base).to(default_device())
         return extract_prototypes(net, dl, len(m['codes']), m['radius'], ignore_index=m['void'], names=m['codes'],
