@@ -12,8 +12,8 @@ from fastcore.basics import patch, ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.torch_core import rank_distrib
-from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options
+from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device, _norm_stats
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _same_stats
 
 # %% auto #0
 __all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
@@ -69,7 +69,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           resume: bool = False,       # continue from the checkpoint at OUT (same schedule, optimiser and random states)
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
           bf16: bool = False,         # bfloat16 mixed precision: about 2x faster on CPUs with native bfloat16 (AVX512-BF16, AMX), slower on others
-          learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
+          learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features, on images normalised as the Learner does (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
           train_blocks: int = None,   # with --learner: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
           fusion: str = None,         # how the head fuses its two features: concat (DeepLabV3+'s decoder, the default) or sum (lighter and faster)
           force: bool = False):       # overwrite OUT when not resuming
@@ -316,7 +316,7 @@ def _check_learner_file(fname):
     if not Path(fname).is_file(): raise FileNotFoundError(f"Learner file not found: {fname}")
 
 def _load_learner(fname):
-    "The model of the exported fastai Learner in `fname`, in eval mode. This unpickles the file, which can run code: only for trusted files."
+    "The exported fastai Learner in `fname`, its model in eval mode. This unpickles the file, which can run code: only for trusted files."
     from fastai.learner import load_learner
     _check_learner_file(fname)
     try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
@@ -325,7 +325,25 @@ def _load_learner(fname):
         raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass a file written by learn.export().") from None
     if not isinstance(getattr(learn, 'model', None), torch.nn.Module):
         raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
-    return learn.model.eval()
+    learn.model.eval()
+    return learn
+
+# %% ../nbs/07_cli.ipynb #61f8e315
+class _Renormalised(torch.nn.Module):
+    "`model`, given images normalised as `given` = (mean, std) (None: pixels 0..1), reading them normalised as `to`."
+    def __init__(self, model, given: tuple, to: tuple):
+        super().__init__(); self.wrapped = model            # not `.model`, which brefine would take for a Learner's
+        (gm, gs), (tm, ts) = ((torch.zeros(3), torch.ones(3)) if s[0] is None else map(torch.tensor, s) for s in (given, to))
+        self.register_buffer('scale', (gs / ts).view(1, 3, 1, 1)); self.register_buffer('shift', ((gm - tm) / ts).view(1, 3, 1, 1))
+    def forward(self, x): return self.wrapped(x * self.scale + self.shift)      # (pixel − tm) / ts, from x = (pixel − gm) / gs
+
+def _learner_model(learn, ref, source):
+    "The model of the --learner `learn` as `ref` runs it, on images normalised as the Learner does: refused for an embedder on its features trained otherwise (from `source`), re-normalised for one with its own backbone."
+    from brefine.shared_backbone import reads_base
+    own, kept = _norm_stats(learn.dls), (ref.prototypes.mean, ref.prototypes.std)
+    if reads_base(ref.embedder, learn.model): _check_stats(kept, own, source); return learn.model
+    return learn.model if _same_stats(kept, own) else _Renormalised(learn.model, kept, own)
+
 
 # %% ../nbs/07_cli.ipynb #e2e4ea37
 def _make_dir(d: Path):
@@ -352,7 +370,7 @@ def refine(images: str,               # folder of images (or one image file)
            bundle: str = None,        # Refiner bundle folder (Refiner.save)
            checkpoint: str = None,    # or: embedder checkpoint ...
            protos: str = None,        # ... plus prototypes file
-           learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-') and, for an embedder that reads its features, those in the same forward; loading it unpickles the file, which can run arbitrary code: use only files you trust
+           learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'), from images normalised as the Learner does, and, for an embedder that reads its features, those in the same forward; loading it unpickles the file, which can run arbitrary code: use only files you trust
            top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
            radius: int = None,        # band radius around the base's boundaries (default: the bundle's, else 3)
            tau: float = None,         # confidence gate: re-decide only pixels whose base top-1 probability is below it (default: the bundle's; 1: no gate)
@@ -387,8 +405,9 @@ def refine(images: str,               # folder of images (or one image file)
     miss = [files[i] for i in todo if sfs is not None and sfs[i] is None]
     if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(todo)} images, e.g. {miss[0].name}: expected "
                                      f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
-    model = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
-    if ref is None: ref = _refiner(bundle, checkpoint, protos, model, pal=pal, **options)
+    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
+    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
     _make_dir(out)
     items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
     dev = default_device()                                              # the base model runs there too, not only the embedder

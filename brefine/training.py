@@ -222,16 +222,20 @@ def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_b
 
 # %% ../nbs/03a_training.ipynb #813faca7
 def _stats_text(mean, std) -> str:
-    "How images are normalised, in words: `mean` and `std` rounded, or no normalisation."
+    "How images are normalised, in words: with `mean` and `std` rounded, or not at all."
     r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
-    return 'no normalisation (pixels 0..1)' if mean is None else f'mean {r(mean)} and std {r(std)}'
+    return 'not normalised (pixels 0..1)' if mean is None else f'normalised with mean {r(mean)} and std {r(std)}'
+
+def _same_stats(a: tuple, b: tuple) -> bool:
+    "Whether the normalisations `a` and `b` = (mean, std), each None for none, are the same."
+    return (a[0] is None) == (b[0] is None) and (a[0] is None or np.allclose(a, b, rtol=1e-5, atol=1e-7))
 
 def _check_stats(kept: tuple, own: tuple, source):
     "Refuse a model whose Learner normalises images (`own` = (mean, std)) otherwise than the embedder from `source` was trained (`kept`)."
-    same = (kept[0] is None) == (own[0] is None) and (kept[0] is None or np.allclose(kept, own, rtol=1e-5, atol=1e-7))
-    if not same: raise ValueError(f"{source} holds an embedder trained on images normalised with {_stats_text(*kept)}, but the Learner's "
-                                  f"model reads images normalised with {_stats_text(*own)} (its Normalize). Train the embedder on this "
-                                  "Learner (train_embedder(..., base=learn) or brefine train --learner FILE), which normalises as it does.")
+    if _same_stats(kept, own): return
+    raise ValueError(f"{source} holds an embedder trained on images {_stats_text(*kept)}, but the Learner's model reads images "
+                     f"{_stats_text(*own)} (its Normalize). Train the embedder on this Learner (train_embedder(..., base=learn) "
+                     "or brefine train --learner FILE), which normalises as it does.")
 
 def _base_stats(base, ck=None, source=None) -> tuple|None:
     "`band_dblock`'s `stats` to train on `base`: on resume, checkpoint `ck`'s (from `source`), checked against `base`'s Learner; else the Learner's own `Normalize`'s, or ImageNet's for a bare model. None: no normalisation."
