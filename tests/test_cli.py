@@ -91,6 +91,7 @@ def test_train_on_learner_features(tmp_path, trained):
     "`train --learner`: an embedder on an exported Learner's model's features; `prototypes` and `refine` take the same file; the maps are the Python API's."
     import torch
     from fastai.data.core import Datasets
+    from fastai.data.transforms import Normalize
     from fastai.learner import Learner, load_learner
     from brefine.inference import Refiner
     from brefine.learner import DeepLabV3MobileNetV2, load_embedder
@@ -184,7 +185,7 @@ def test_learner_opt_in(small, tmp_path):
 
 
 def test_shared_bundle_with_learner(small, tmp_path):
-    "A bundle whose embedder reads the base model's features: --learner gives the model, and the label maps are those of the Python API; saved scores alone are refused."
+    "A bundle whose embedder reads the base model's features: --learner gives the model, and the label maps are those of the Python API; saved scores alone, and a Learner that normalises otherwise than the embedder was trained, are refused."
     import torch
     from fastai.data.core import Datasets
     from fastai.learner import Learner, load_learner
@@ -198,7 +199,11 @@ def test_shared_bundle_with_learner(small, tmp_path):
     Refiner(net, Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3),
             top_n=3, radius=4, vote=5, grey=10.).save(tmp_path/'bundle')
     ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
-    Learner(ds.dataloaders(bs=1), base, loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'learner.pkl')
+    odd = Normalize.from_stats((0.5,) * 3, (0.25,) * 3)                       # the model's Learner normalises as the embedder was trained
+    Learner(ds.dataloaders(bs=1, after_batch=[odd]), base, loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'learner.pkl')
+    Learner(ds.dataloaders(bs=1), base, loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'raw.pkl')
+    failed('refine', small/'img', '-', tmp_path/'o2', '--bundle', tmp_path/'bundle', '--learner', tmp_path/'raw.pkl',
+           expect="the Learner's model reads images not normalised")
     rc, out, err = cli('refine', small/'img', '-', tmp_path/'out', '--bundle', tmp_path/'bundle', '--learner', tmp_path/'learner.pkl')
     assert rc == 0, err
     model = load_learner(tmp_path/'learner.pkl', cpu=True).model.eval()
