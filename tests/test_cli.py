@@ -91,7 +91,6 @@ def test_train_on_learner_features(tmp_path, trained):
     "`train --learner`: an embedder on an exported Learner's model's features; `prototypes` and `refine` take the same file; the maps are the Python API's."
     import torch
     from fastai.data.core import Datasets
-    from fastai.data.transforms import Normalize
     from fastai.learner import Learner, load_learner
     from brefine.inference import Refiner
     from brefine.learner import DeepLabV3MobileNetV2, load_embedder
@@ -188,6 +187,7 @@ def test_shared_bundle_with_learner(small, tmp_path):
     "A bundle whose embedder reads the base model's features: --learner gives the model, and the label maps are those of the Python API; saved scores alone, and a Learner that normalises otherwise than the embedder was trained, are refused."
     import torch
     from fastai.data.core import Datasets
+    from fastai.data.transforms import Normalize
     from fastai.learner import Learner, load_learner
     from brefine.inference import Refiner
     from brefine.learner import DeepLabV3MobileNetV2
