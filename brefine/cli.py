@@ -17,7 +17,7 @@ from .training import load_checkpoint, train_embedder, prototypes_from_checkpoin
 
 # %% auto #0
 __all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
-           'demo', 'main']
+           'calibrate', 'demo', 'main']
 
 # %% ../nbs/07_cli.ipynb #8118edeb
 def _codes(data: Path, codes, n_classes):
@@ -479,6 +479,67 @@ def evaluate(preds: str,              # folder of predicted label PNGs
     if plots: _save_figures(res.figures, Path(plots))
     return res
 
+# %% ../nbs/07_cli.ipynb #e51e36d8
+def _ground_truth(gts: Path, files: list) -> list:
+    "The ground-truth label PNG in the folder `gts` of each image of `files` (named like it); an error names the first missing one."
+    if not gts.is_dir(): raise FileNotFoundError(f"Ground-truth folder not found: {gts}")
+    found = [gts/(f.stem + '.png') for f in files]
+    miss = [g for g in found if not g.exists()]
+    if miss: raise FileNotFoundError(f"No ground truth for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
+                                     f"label PNGs named like the images in {gts}.")
+    return found
+
+def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np.ndarray:
+    "The label map in the PNG `g`, refused when its size is not its `image`'s or a label is outside 0..n_classes-1 (but `void`)."
+    a = _read_labels(g)
+    if a.shape != image.shape[:2]: raise ValueError(f"{g} is {a.shape[1]}x{a.shape[0]} but its image is {image.shape[1]}x{image.shape[0]}: "
+                                                    "a ground truth must have the size of its image.")
+    bad = ((a < 0) | (a >= n_classes)) & (True if void is None else a != void)
+    if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' classes 0..{n_classes - 1}" +
+                                   ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
+    return a
+
+
+# %% ../nbs/07_cli.ipynb #cea74dde
+def calibrate(images: str,               # folder of validation images (or one image file)
+              scores: str,               # folder of their saved base scores named like the images (.npy or .pt, (M,H,W)); '-' with --learner
+              gts: str,                  # folder of their ground-truth label PNGs, named like the images
+              out: str,                  # bundle folder to write: the embedder, the prototypes and the settings chosen
+              bundle: str = None,        # Refiner bundle folder to calibrate anew
+              checkpoint: str = None,    # or: embedder checkpoint ...
+              protos: str = None,        # ... plus prototypes file
+              learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'), as for refine; loading it unpickles the file, which can run arbitrary code: use only files you trust
+              void: int = None,          # label value of void pixels in the ground truth (CamVid: 11)
+              objective: str = 'mean',   # what the settings maximise: mean (of boundary F and mIoU), boundary_f1 or miou (the other breaking ties)
+              max_seconds: float = None, # the most post-processing time per image a chosen setting may take, timed here (default: any)
+              force: bool = False):      # replace the bundle at OUT (never an input)
+    "Choose the refinement settings on validation images and ground truth; write a bundle for `refine --bundle`."
+    from brefine.inference import OBJECTIVES
+    _ints(void=(void, 0))
+    if objective not in OBJECTIVES: raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}.")
+    if max_seconds is not None: as_float(max_seconds, '--max_seconds', 0, hint=" It is seconds of post-processing per image.")
+    files, sfs = _refine_inputs(Path(images), scores, learner)
+    gt_files, out = _ground_truth(Path(gts), files), Path(out)
+    miss = [f for f, s in zip(files, sfs or []) if s is None]
+    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
+                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+    _check_out(out, force, [bundle, checkpoint, protos, learner, images, gts] + ([] if str(scores) == '-' else [scores]))
+    ref = _refiner(bundle, checkpoint, protos, later=learner is not None)
+    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model)
+    items, n = RefineItems(files, sfs, ref.prototypes.n_classes), ref.prototypes.n_classes
+    imgs, probs = zip(*(items[i][1:] for i in range(len(items))))
+    labels = [_checked_labels(g, im, n, void) for g, im in zip(gt_files, imgs)]
+    dev = default_device()
+    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint).to(dev)
+    res = ref.to(dev).calibrate(list(imgs), model if model is not None else list(probs), labels, ignore_index=void,
+                                objective=objective, max_seconds=max_seconds)
+    ref.save(out)
+    print(f"chose {res['settings']} on {len(files)} images: boundary F {res['base_boundary_f1']:.4f} -> {res['boundary_f1']:.4f}, "
+          f"mIoU {res['base_miou']:.4f} -> {res['miou']:.4f}\nwrote {out}")
+    return res
+
+
 # %% ../nbs/07_cli.ipynb #f55fcb5c
 def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
          quick: bool = False):        # a smaller, faster run
@@ -488,7 +549,7 @@ def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
     return run_demo(out, **kw)
 
 # %% ../nbs/07_cli.ipynb #ffbe6b71
-COMMANDS = dict(train=train, prototypes=prototypes, refine=refine, evaluate=evaluate, demo=demo)
+COMMANDS = dict(train=train, prototypes=prototypes, calibrate=calibrate, refine=refine, evaluate=evaluate, demo=demo)
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError, OSError,
                FloatingPointError)   # a training run that diverged (StopOnNaN)
 
