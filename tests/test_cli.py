@@ -59,6 +59,17 @@ def test_chain(trained):
     assert r.returncode == 2 and '--skip_existing' in r.stderr
     r = run('evaluate', out, data/'valannot', '--n_classes', len(SYNTH_CODES))
     assert 'boundary' in r.stdout.lower()
+    # settings chosen on the validation images and their ground truth, written as a bundle that refine then reads
+    bundle = d/'calibrated'
+    r = run('calibrate', data/'val', scores, data/'valannot', bundle, '--checkpoint', ck, '--protos', protos)
+    assert 'chose RefineSettings(' in r.stdout and f'wrote {bundle}' in r.stdout
+    from brefine.inference import Refiner
+    settings = Refiner.load(bundle).settings
+    assert f'chose {settings} on 4 images' in r.stdout
+    run('refine', data/'val', scores, d/'refined_calibrated', '--bundle', bundle)
+    assert sorted(o.name for o in (d/'refined_calibrated').iterdir()) == [o.name for o in outs]
+    r = run('calibrate', data/'val', scores, data/'valannot', bundle, '--checkpoint', ck, '--protos', protos, ok=False)
+    assert r.returncode == 2 and '--force' in r.stderr
 
 def test_clear_errors(tmp_path, trained):
     d, data, ck = trained
