@@ -265,6 +265,12 @@ def _refine_inputs(images: Path, scores, learner):
                          "model. To compute the scores with an exported fastai Learner pass '-' as SCORES and --learner FILE.")
     return files, [scores]
 
+def _check_scores_found(files: list, sfs, scores):
+    "Refuse, naming the first, images among `files` whose score file was not found in the folder `scores` (`sfs`: `_refine_inputs`' list, None with --learner)."
+    miss = [f for f, s in zip(files, sfs or []) if s is None]
+    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
+                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+
 # %% ../nbs/07_cli.ipynb #98a7bec2
 def _check_outputs(files, dsts, inputs):
     "Refuse, before any work, two images that would write the same output, and an output that would replace one of `inputs`."
@@ -402,9 +408,7 @@ def refine(images: str,               # folder of images (or one image file)
         raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass --force to overwrite them "
                               "or --skip_existing to keep them.")
     todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
-    miss = [files[i] for i in todo if sfs is not None and sfs[i] is None]
-    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(todo)} images, e.g. {miss[0].name}: expected "
-                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+    _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], scores)
     learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
     if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
     model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
@@ -520,9 +524,7 @@ def calibrate(images: str,               # folder of validation images (or one i
     if max_seconds is not None: as_float(max_seconds, '--max_seconds', 0, hint=" It is seconds of post-processing per image.")
     files, sfs = _refine_inputs(Path(images), scores, learner)
     gt_files, out = _ground_truth(Path(gts), files), Path(out)
-    miss = [f for f, s in zip(files, sfs or []) if s is None]
-    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
-                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+    _check_scores_found(files, sfs, scores)
     _check_out(out, force, [bundle, checkpoint, protos, learner, images, gts] + ([] if str(scores) == '-' else [scores]))
     ref = _refiner(bundle, checkpoint, protos, later=learner is not None)
     learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
