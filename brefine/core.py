@@ -62,6 +62,17 @@ def _norm_stats(data) -> tuple:
             return tuple(tfm.mean.flatten().tolist()), tuple(tfm.std.flatten().tolist())
     return None, None
 
+# %% ../nbs/00_core.ipynb #0bdfc390
+def _stats_text(mean, std) -> str:
+    "How images are normalised, in words: with `mean` and `std` rounded, or not at all."
+    r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
+    return 'not normalised (pixels 0..1)' if mean is None else f'normalised with mean {r(mean)} and std {r(std)}'
+
+def _same_stats(a: tuple, b: tuple) -> bool:
+    "Whether the normalisations `a` and `b` = (mean, std), each None for none, are the same."
+    return (a[0] is None) == (b[0] is None) and (a[0] is None or np.allclose(a, b, rtol=1e-5, atol=1e-7))
+
+
 # %% ../nbs/00_core.ipynb #ee29b5f4
 def _bounds(lo, hi) -> str:
     if lo is not None and hi is not None: return f"between {lo} and {hi}"

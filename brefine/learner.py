@@ -18,7 +18,7 @@ from fastcore.meta import delegates
 from fastai.callback.core import Callback, CancelBatchException
 from fastai.learner import Learner, Metric
 from fastai.torch_core import params, to_float
-from .core import atomic_save, safe_load, _model_of, _plain, as_int, as_float
+from .core import atomic_save, safe_load, _model_of, _plain, as_int, as_float, _norm_stats, _stats_text, _same_stats
 importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune and lr_find on every Learner
 importlib.import_module('fastai.callback.progress')   # and no_bar
 
@@ -509,6 +509,17 @@ class StopOnNaN(Callback):
         if grads and not torch.isfinite(torch.stack(grads).sum()): self._stop('gradient')
 
 
+# %% ../nbs/03_learner.ipynb #8337cb33
+def _check_base_learner(dls, base):
+    "Refuse `base`, a fastai Learner, whose model reads images normalised otherwise than `dls` gives them."
+    if not hasattr(base, 'dls'): return                                  # a bare model: its normalisation is the user's to match
+    own, given = _norm_stats(base.dls), _norm_stats(dls)
+    if not _same_stats(own, given):
+        raise ValueError(f"dls gives images {_stats_text(*given)}, but the base model's Learner reads images {_stats_text(*own)} "
+                         "(its Normalize), and the embedder trains on the model's features of the images dls gives: build the "
+                         "DataLoaders with the Learner's statistics, e.g. dls_from_folders(..., stats=(mean, std)), or stats=None for none.")
+
+
 # %% ../nbs/03_learner.ipynb #d150e740
 @delegates(EmbeddingNet, keep=True)
 def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
@@ -524,7 +535,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                    normalize: bool = True,        # unit-norm embeddings
                    net_kwargs: dict|None = None,  # `EmbeddingNet`'s other arguments as a dict (the same as passing them by name)
                    backbone_init=None,            # a module or state dict with the same backbone to start from (`init_backbone`), instead of `pretrained`
-                   base=None,                     # your segmentation model: train a `SharedEmbeddingNet` on its features instead
+                   base=None,                     # your segmentation model (or its fastai Learner, whose normalisation `dls` must share): train a `SharedEmbeddingNet` on its features instead
                    channels_last: bool|None = None, # channels-last training (`ChannelsLastTraining`); None: when `dls` run on the CPU
                    bf16: bool = False,            # bfloat16 mixed precision (`BF16Training`): faster on CPUs with native bfloat16
                    cbs=None, metrics=None,        # more callbacks and metrics
@@ -543,7 +554,8 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         from brefine.shared_backbone import SharedEmbeddingNet
         if backbone_init is not None: raise ValueError("backbone_init does not apply with base=: the embedder reads the base model's own backbone.")
         net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(SharedEmbeddingNet).parameters if k in kwargs})
-        net = SharedEmbeddingNet(base, emb_dim, normalize=normalize, **net_kw)
+        _check_base_learner(dls, base)
+        net = SharedEmbeddingNet(_model_of(base), emb_dim, normalize=normalize, **net_kw)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
     for k, v in (('channels_last', channels_last), ('bf16', bf16)):

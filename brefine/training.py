@@ -11,7 +11,7 @@ import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
-from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats
+from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats
 
 # %% auto #0
 __all__ = ['rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner', 'CheckpointCallback',
@@ -221,15 +221,6 @@ def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_b
 
 
 # %% ../nbs/03a_training.ipynb #813faca7
-def _stats_text(mean, std) -> str:
-    "How images are normalised, in words: with `mean` and `std` rounded, or not at all."
-    r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
-    return 'not normalised (pixels 0..1)' if mean is None else f'normalised with mean {r(mean)} and std {r(std)}'
-
-def _same_stats(a: tuple, b: tuple) -> bool:
-    "Whether the normalisations `a` and `b` = (mean, std), each None for none, are the same."
-    return (a[0] is None) == (b[0] is None) and (a[0] is None or np.allclose(a, b, rtol=1e-5, atol=1e-7))
-
 def _check_stats(kept: tuple, own: tuple, source):
     "Refuse a model whose Learner normalises images (`own` = (mean, std)) otherwise than the embedder from `source` was trained (`kept`)."
     if _same_stats(kept, own): return
