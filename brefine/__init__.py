@@ -7,7 +7,10 @@ __version__ = "0.1.0"
 __all__ = []
 
 # %% ../nbs/index.ipynb #b15f207f
-from . import core, band, data, learner, training, shared_backbone, prototypes, inference, metrics
+import warnings
+with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
+    warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
+    from brefine import core, band, data, learner, training, shared_backbone, prototypes, inference, metrics
 from .core import *
 from .band import *
 from .data import *

@@ -24,7 +24,9 @@ def trained(tmp_path_factory):
     return d, data, ck
 
 def test_help_and_unknown():
-    assert 'train' in run('--help').stdout
+    r = run('--help')
+    assert 'train' in r.stdout and 'calibrate' in r.stdout
+    assert 'Warning' not in r.stderr, r.stderr                        # no deprecation noise from the libraries' imports
     r = run('frobnicate', ok=False)
     assert r.returncode == 2 and 'unknown command' in r.stderr
 
