@@ -278,13 +278,19 @@ def _header(f, what: str):
     if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
     return size, None
 
-def _check_pairs(fnames, label_func):
-    missing, wrong, bad = [], [], []
+def _common_size(sizes) -> tuple:
+    "(H, W): the most common of the image `sizes` (width, height), the largest of equally common ones."
+    n = Counter((h, w) for w, h in sizes)
+    return max(n, key=lambda s: (n[s], s))
+
+def _check_pairs(fnames, label_func) -> list:
+    "The size (width, height) of each image of `fnames`, once every one is a readable image with a mask of its size."
+    missing, wrong, bad, sizes = [], [], [], []
     for f in fnames:
         m = Path(label_func(f))
         if not m.is_file(): missing.append(f'{f} -> {m}'); continue
         (a, why_a), (b, why_b) = _header(Path(f), 'image'), _header(m, 'mask')
-        bad += [o for o in (why_a, why_b) if o]
+        bad += [o for o in (why_a, why_b) if o]; sizes.append(a)
         if a and b and a != b: wrong.append(f'{f} {a} vs {m} {b}')
     if missing:
         raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. " + '; '.join(missing[:3]) +
@@ -296,6 +302,11 @@ def _check_pairs(fnames, label_func):
     if wrong:
         raise ValueError(f"{len(wrong)} masks differ in size (width, height) from their images, e.g. " + '; '.join(wrong[:3]) +
                          ". Every mask must have the size of its image.")
+    return sizes
+
+def _batch_size(size, sizes, train_sizes):
+    "`size` as given, or when it is None and the images' `sizes` differ, the most common of the training images' sizes: batches need one."
+    return _common_size(train_sizes) if size is None and len(set(sizes)) > 1 else size
 
 def _split_kwargs(kw):
     "Keyword arguments for `band_dblock`, and the rest (for `dataloaders`)."
@@ -311,7 +322,7 @@ def _dataloaders(dblock, items, bs, **kw):
 
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
                      ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
-    "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout)."
+    "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
     path = Path(path)
     layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
     for d in (train, f'{train}{mask_suffix}', valid, f'{valid}{mask_suffix}'):
@@ -320,19 +331,21 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
     for d, fs in files.items():
         if not fs: raise FileNotFoundError(f"no images in {path/d}: {layout}.")
     get_y = _MaskPath(mask_suffix)
-    _check_pairs(files[train] + files[valid], get_y)
+    sizes = _check_pairs(files[train] + files[valid], get_y)
+    size = _batch_size(size, sizes, sizes[:len(files[train])])
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y, splitter=FuncSplitter(_InFolder(valid)), **dkw)
     return _dataloaders(dblock, files[train] + files[valid], bs, **lkw)
 
 def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: float = 0.2, seed: int | None = None,
                         ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
-    "`DataLoaders` of (image, mask, band) from image files `fnames` and `label_func` (image file -> mask file), split at random."
+    "`DataLoaders` of (image, mask, band) from image files `fnames` and `label_func` (image file -> mask file), split at random; images of mixed sizes are resized to the most common size unless `size` says."
     fnames = [Path(f) for f in fnames]
     if not fnames: raise ValueError("fnames is empty: pass the list of image files (e.g. `get_image_files(path)`).")
     absent = [f for f in fnames if not f.is_file()]
     if absent: raise FileNotFoundError(f"{len(absent)} image files not found, e.g. {absent[0]}.")
-    _check_pairs(fnames, label_func)
+    sizes = _check_pairs(fnames, label_func)
+    size = _batch_size(size, sizes, sizes)
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func, splitter=RandomSplitter(valid_pct, seed), **dkw)
     return _dataloaders(dblock, fnames, bs, **lkw)
@@ -373,8 +386,7 @@ class SegData:
 @patch
 def train_size(self: SegData) -> tuple:
     "(H, W) of training batches: the most common size among the training images (all of them, when they agree)."
-    sizes = Counter(Image.open(f).size[::-1] for f in self.files('train'))
-    return max(sizes, key=lambda s: (sizes[s], s))
+    return _common_size(Image.open(f).size for f in self.files('train'))
 
 @patch
 def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
