@@ -249,7 +249,7 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    epochs: int = 10,          # epochs of one-cycle training
                    lr: float = 2e-3,          # maximum learning rate
                    bs: int = 8,               # batch size (per process)
-                   size: int = None,          # random scale-crop size (square); default: full images
+                   size: int = None,          # resize every image to size x size (squish) before augmentation; default: full images (of mixed sizes, the most common one)
                    radius: int = 3,           # band radius
                    margin: float = 0.5,       # triplet margin
                    pretrained: bool = False,  # start from ImageNet weights
