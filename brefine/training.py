@@ -304,8 +304,8 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
     try:
         files = sorted(get_image_files(data/split, recurse=False))
         if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
-        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=bs, num_workers=workers, stats=stats)
-        dl = dls.test_dl(files, with_labels=True) if files else []       # no augmentation; an empty share still joins the sums
+        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=1, num_workers=workers, stats=stats)   # its pipeline; no training batches are needed
+        dl = dls.test_dl(files, with_labels=True, bs=bs) if files else []   # no augmentation; an empty share still joins the sums
         net = embedder_from_state(ck, checkpoint, base).to(default_device())
         return extract_prototypes(net, dl, len(m['codes']), m['radius'], ignore_index=m['void'], names=m['codes'],
                                   mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)
