@@ -49,7 +49,7 @@ def _ints(**opts):
         if v is not None: as_int(v, f'--{k}', lo)
 
 # %% ../nbs/07_cli.ipynb #4b89585b
-def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs with the same names)
+def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
           out: str = 'embedder.pt',   # checkpoint to write (updated after every epoch)
           codes: str = None,          # file with one class name per line (default: DATA/codes.txt)
           n_classes: int = None,      # number of classes, when there is no codes file

@@ -260,9 +260,11 @@ CAMVID_CODES = ['Sky', 'Building', 'Pole', 'Road', 'Pavement', 'Tree', 'SignSymb
                 'Bicyclist', 'Void']
 
 class _MaskPath:
-    "Image file -> the file of the same name in the sibling folder `<folder><suffix>` (a class: picklable)."
+    "Image file -> the file of the same name in the sibling folder `<folder><suffix>`, or when there is none, of the same name with `.png` (JPEG images, PNG masks) (a class: picklable)."
     def __init__(self, suffix): self.suffix = suffix
-    def __call__(self, f): f = Path(f); return f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name
+    def __call__(self, f):
+        f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name
+        return m if m.exists() or m.suffix.lower() == '.png' or not m.with_suffix('.png').exists() else m.with_suffix('.png')
 
 class _InFolder:
     "Is the file in a folder named `name`? (a class: picklable)"
@@ -294,7 +296,8 @@ def _check_pairs(fnames, label_func) -> list:
         if a and b and a != b: wrong.append(f'{f} {a} vs {m} {b}')
     if missing:
         raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. " + '; '.join(missing[:3]) +
-                                ". Add the masks, remove those images, or fix the mask folder/label function.")
+                                ". Add the masks (of the same names; for a JPEG image, its name with .png), remove those images, or fix "
+                                "the mask folder/label function.")
     if bad:
         raise ValueError(f"{len(bad)} {'file' if len(bad) == 1 else 'files'} cannot be used: " + '; '.join(bad[:3]) +
                          ('; ...' if len(bad) > 3 else '') + ". Replace each with a readable 8-bit image, or a mask of class "

@@ -240,7 +240,7 @@ def _base_stats(base, ck=None, source=None) -> tuple|None:
 
 
 # %% ../nbs/03a_training.ipynb #1433c6aa
-def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs with the same names)
+def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
                    out,                       # checkpoint to write after every epoch
                    codes: list = None,        # class names (taken from the checkpoint on `resume`)
                    void: int = None,          # label value of void pixels
