@@ -362,3 +362,25 @@ def test_evaluate(small, tmp_path):
     failed('evaluate', pred, gt, '--n_classes', 201, expect=('cannot read label map', 'b.png'))
     Image.fromarray(np.zeros((24, 32, 3), np.uint8)).save(pred/'b.png')
     failed('evaluate', pred, gt, '--n_classes', 201, expect='is not a label map but a RGB image')
+
+def test_foreign_layout(tmp_path):
+    "A data set laid out as many are: JPEG images with PNG masks of the same names, images of several sizes, void 255, fewer training images than the default batch; every command of the chain runs on it."
+    from brefine.data import synthetic_scene
+    import cv2
+    data = tmp_path/'data'
+    for sub in ('train', 'trainannot', 'val', 'valannot', 'scores'): (data/sub).mkdir(parents=True)
+    for i, hw in enumerate([(64, 80), (50, 70), (64, 80), (64, 80), (72, 56), (64, 80)]):
+        split = 'train' if i < 4 else 'val'
+        img, lab = synthetic_scene(i, hw); lab = lab.astype(np.uint8); lab[:2] = 255
+        cv2.imwrite(str(data/split/f'{i}.jpg'), img); cv2.imwrite(str(data/f'{split}annot'/f'{i}.png'), lab)
+        if split == 'val':
+            p = np.eye(len(SYNTH_CODES), dtype=np.float32)[np.where(lab == 255, 0, lab)] + 0.2
+            np.save(data/'scores'/f'{i}.npy', (p / p.sum(-1, keepdims=True)).transpose(2, 0, 1))
+    (data/'codes.txt').write_text('\n'.join(SYNTH_CODES))
+    ck, protos, bundle, out = tmp_path/'emb.pt', tmp_path/'protos.pt', tmp_path/'bundle', tmp_path/'refined'
+    run('train', data, '--out', ck, '--backbone', 'mobilenet_v2', '--emb_dim', 8, '--epochs', 1, '--bs', 2, '--void', 255)
+    run('prototypes', ck, data, '--out', protos)                       # the default --bs 8: more than the 4 training images
+    run('calibrate', data/'val', data/'scores', data/'valannot', bundle, '--checkpoint', ck, '--protos', protos, '--void', 255)
+    run('refine', data/'val', data/'scores', out, '--bundle', bundle)
+    assert [np.asarray(Image.open(out/f'{i}.png')).shape for i in (4, 5)] == [(72, 56), (64, 80)]   # each at its own size
+    assert 'boundary' in run('evaluate', out, data/'valannot', '--n_classes', len(SYNTH_CODES), '--void', 255).stdout.lower()
