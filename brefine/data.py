@@ -307,7 +307,7 @@ def _check_pairs(fnames, label_func) -> list:
                          ". Every mask must have the size of its image.")
     return sizes
 
-def _batch_size(size, sizes, train_sizes):
+def _items_size(size, sizes, train_sizes):
     "`size` as given, or when it is None and the images' `sizes` differ, the most common of the training images' sizes: batches need one."
     return _common_size(train_sizes) if size is None and len(set(sizes)) > 1 else size
 
@@ -335,7 +335,7 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
         if not fs: raise FileNotFoundError(f"no images in {path/d}: {layout}.")
     get_y = _MaskPath(mask_suffix)
     sizes = _check_pairs(files[train] + files[valid], get_y)
-    size = _batch_size(size, sizes, sizes[:len(files[train])])
+    size = _items_size(size, sizes, sizes[:len(files[train])])
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y, splitter=FuncSplitter(_InFolder(valid)), **dkw)
     return _dataloaders(dblock, files[train] + files[valid], bs, **lkw)
@@ -348,7 +348,7 @@ def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: fl
     absent = [f for f in fnames if not f.is_file()]
     if absent: raise FileNotFoundError(f"{len(absent)} image files not found, e.g. {absent[0]}.")
     sizes = _check_pairs(fnames, label_func)
-    size = _batch_size(size, sizes, sizes)
+    size = _items_size(size, sizes, sizes)
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func, splitter=RandomSplitter(valid_pct, seed), **dkw)
     return _dataloaders(dblock, fnames, bs, **lkw)
@@ -395,8 +395,8 @@ def train_size(self: SegData) -> tuple:
 def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
     "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
     train, valid = self.files('train'), self.files('val')
-    sizes = {Image.open(f).size for f in train + valid}
-    size = size or (self.train_size() if len(sizes) > 1 else None)
+    sizes = [Image.open(f).size for f in train + valid]
+    size = _items_size(size, sizes, sizes[:len(train)])
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func, splitter=FuncSplitter(_InSet(valid)), **dkw)
     return _dataloaders(dblock, train + valid, bs, **lkw)
