@@ -263,8 +263,8 @@ class _MaskPath:
     "Image file -> the file of the same name in the sibling folder `<folder><suffix>`, or when there is none, of the same name with `.png` (JPEG images, PNG masks) (a class: picklable)."
     def __init__(self, suffix): self.suffix = suffix
     def __call__(self, f):
-        f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name
-        return m if m.exists() or m.suffix.lower() == '.png' or not m.with_suffix('.png').exists() else m.with_suffix('.png')
+        f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name; png = m.with_suffix('.png')
+        return png if not m.exists() and png.exists() else m
 
 class _InFolder:
     "Is the file in a folder named `name`? (a class: picklable)"
