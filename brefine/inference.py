@@ -419,7 +419,7 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
     return lin, cand.to(_label_dtype(len(vecs))), allowed, d, top_p
 
 # %% ../nbs/05_inference.ipynb #5cfbf161
-_CHUNK = 1 << 16                                                          # band pixels per step of the band pass on a CPU (bounds memory)
+_CHUNK = 1 << 17                                                          # band pixels per step of the band pass on a CPU (bounds memory): a 360x480 band in one step
 _GPU_CHUNK = 1 << 19                                                      # on a GPU: fewer, larger steps (each one launches ~100 small kernels)
 GREY_PASSES = 2                                                           # passes of the vote with a grey-level weight
 
@@ -473,7 +473,7 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
             settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
-            chunk: int|None = None,    # band pixels per step (bounds memory); None: 65536 on a CPU, 524288 on a GPU
+            chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
             levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
             **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey)
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."

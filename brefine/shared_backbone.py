@@ -11,7 +11,7 @@ import torch.nn as nn
 from fastcore.basics import patch, store_attr
 from fastai.torch_core import params
 from .core import _model_of, _device_of
-from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images
+from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout
 
 # %% auto #0
 __all__ = ['TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state',
@@ -148,7 +148,8 @@ def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> 
 
 @patch
 def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tensor, size) -> torch.Tensor:
-    "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, then the head -- all that the embedder adds to the base forward."
+    "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, then the head -- all that the embedder adds to the base forward (channels-last on a CPU, see `_fast_layout`)."
+    low, deep = _fast_layout(self, low, deep)                            # the head's and the copied blocks' weights, not the base's
     return self.head(low, deep if self.blocks is None else self.blocks(deep), size)
 
 @patch
