@@ -31,8 +31,9 @@ Prints times and peak-memory growth as ratios to the base forward's. `--record` 
 bench/results/speed.txt and the rows to bench/results/speed.json (with `--device cuda`: speed_cuda.txt, speed_cuda.json) -- a list of {size ("HxW"), path, base_s,
 refine_over_base, post_over_base, peak_mem_over_base} -- and records both in bench/results/manifest.json.
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
-`brefine_before` from a temporary copy), or `--before FILE` that of another copy of brefine/inference.py alone, in the
-same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
+`brefine_before` from a temporary copy), and its whole refinement (that version's embedder, built with the same seed, and
+its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of
+brefine/inference.py alone, in the same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
 the embedder (forward hooks). Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--device cuda] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
@@ -81,13 +82,14 @@ def post_processing(inf, probs, x, protos, a):
     if not a.grey: return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s)
     return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s, levels=inf.grey_levels(x, protos.mean, protos.std))
 
-def separate(H, W, a, post) -> dict:
-    "The `separate` path: the embedder computes its own backbone from the raw image."
+def separate(H, W, a, post, pkg: str = 'brefine') -> dict:
+    "The `separate` path: the embedder computes its own backbone from the raw image (brefine's, or that of the package `pkg`)."
     import torch, numpy as np
     from benchmark import base_model
-    from brefine import EmbeddingNet
-    from brefine.inference import prepare_image
+    EmbeddingNet = importlib.import_module(f'{pkg}.learner').EmbeddingNet
+    prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
     base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    torch.manual_seed(0)
     emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval().to(a.device)
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0].to(a.device)
@@ -95,14 +97,15 @@ def separate(H, W, a, post) -> dict:
     return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb,
                 embedding=(emb_net, lambda: emb_net(prep())))
 
-def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None) -> dict:
-    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
+def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None, pkg: str = 'brefine') -> dict:
+    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet` of brefine or of the package `pkg`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
     import torch, numpy as np
     from benchmark import base_model
-    from brefine.shared_backbone import SharedEmbeddingNet
-    from brefine.inference import prepare_image
-    from brefine.learner import embedding_size
+    SharedEmbeddingNet = importlib.import_module(f'{pkg}.shared_backbone').SharedEmbeddingNet
+    prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
+    embedding_size = importlib.import_module(f'{pkg}.learner').embedding_size
     base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    torch.manual_seed(0)
     net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks if train_blocks is None else train_blocks, fusion=fusion or a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
     prep = lambda: prepare_image(img, a.mean, a.std)[0].to(a.device)
@@ -118,7 +121,7 @@ LIGHT = dict(fusion='sum', train_blocks=0)       # the `light` path: the shared 
 PATHS = {'separate': separate, 'shared': shared, 'head': functools.partial(shared, **HEAD), 'light': functools.partial(shared, **LIGHT)}
 
 def stages(path: str, H, W, a) -> tuple:
-    "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the previous post-processing; the path's (embedder, embedding closure))."
+    "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the other version's post-processing (and with a revision its refinement); the path's (embedder, embedding closure))."
     import torch
     from brefine import Prototypes, batch_band
     import brefine.inference as inf
@@ -136,6 +139,8 @@ def stages(path: str, H, W, a) -> tuple:
             protos.vectors, protos.counts, train_radius=3, mean=a.mean, std=a.std)          # the other package checks its own class
         before = post_processing(inf_b, probs, x, protos_b, a)
         st['before'] = lambda: before(emb)
+        if inf_b.__package__ != 'brefine':                           # a revision: its own embedder too, built as this path builds one
+            st['before_refine'] = PATHS[path](H, W, a, before, pkg='brefine_before')['refine']
     return st, embedding
 
 def timings(st: dict, repeats: int) -> dict:
@@ -229,7 +234,8 @@ def run(a):
     print(f'brefine speed ({on}batch 1, {a.threads} threads, median of {a.repeats}; embedder emb_dim {a.emb_dim}, '
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim}, fusion {a.fusion}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
     print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
-          f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else ''))
+          f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else '')
+          + (f" {'before refine/base':>19}" if a.before and not Path(a.before).is_file() else ''))
     rows = []
     for path in a.paths:
         for H, W in SIZES:
@@ -241,6 +247,7 @@ def run(a):
             print(f"{row['size']:>10} {path:>9} {tm['base']:7.3f} {tm['post']:7.4f} {row['refine_over_base']:12.3f} {row['post_over_base']:10.3f} "
                   f"{tm['floor'] / tm['base']:11.3f} {row['peak_mem_over_base']:16.2f} {mem['post'] / max(mem['base'], 1e-9):14.2f}"
                   + (f" {tm['before'] / tm['base']:17.3f}" if a.before else '')
+                  + (f" {tm['before_refine'] / tm['base']:19.3f}" if 'before_refine' in tm else '')
                   + f"   (peak MiB: base {mem['base']:.0f}, refine {mem['refine']:.0f}, post {mem['post']:.0f})", flush=True)
             if a.profile:
                 pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
