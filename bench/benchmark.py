@@ -50,7 +50,7 @@ Usage (from the repository root; data read in place from $BREFINE_DATA, see `bre
 Needs `pip install pydensecrf2` (builds from source with gcc in about a minute).
 """
 from __future__ import annotations
-import argparse, contextlib, json, os, shutil, sys, time, itertools
+import argparse, contextlib, importlib, importlib.util, json, os, shutil, sys, time, itertools
 from pathlib import Path
 from record import RESULTS, in_results, provenance, record, tee_stdout
 
@@ -242,7 +242,7 @@ def get_base(args, ds, dls_fn, n_epochs):
     from fastai.learner import Learner
     from fastai.callback.tracker import SaveModelCallback
     from fastai.torch_core import set_seed
-    import fastai.callback.schedule  # fit_one_cycle
+    importlib.import_module('fastai.callback.schedule')   # adds Learner.fit_one_cycle
     set_seed(args.seed)
     learn = Learner(dls_fn(), base_model(ds.n_classes), loss_func=BaseLoss(ds.void), metrics=[val_miou(ds.n_classes, ds.void)],
                     path=args.cache, model_dir='.', cbs=[SaveModelCallback(monitor='miou', comp=np.greater, fname=f.stem + '_best')])
@@ -398,8 +398,8 @@ def run(args, argv, dest):
     ds, started = setup(args), provenance('bench/benchmark.py', argv)     # the commit whose code runs: taken before anything else
     log(f'{ds}; args', {k: str(v) for k, v in vars(args).items()})
     import numpy as np, torch
-    try: import pydensecrf.densecrf  # fail early, before training
-    except ImportError: sys.exit('DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
+    if importlib.util.find_spec('pydensecrf') is None: sys.exit(   # fail early, before training
+        'DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
     from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict, grey_levels
     from brefine.core import atomic_write, to_numpy
     from brefine.learner import embedding_size

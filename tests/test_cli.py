@@ -1,6 +1,5 @@
 """The `brefine` command end to end, through real subprocesses, on a tiny synthetic data set."""
 import os, subprocess, sys
-from pathlib import Path
 import numpy as np
 import pytest, torch
 from PIL import Image

@@ -8,7 +8,6 @@ Names that lack one of these when this test was written are listed in KNOWN_GAPS
 the test fails for any other gap, and warns when a listed gap has been fixed (then delete it from the list)."""
 import importlib, inspect, json, re, warnings
 from pathlib import Path
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT/'nbs'

@@ -1,6 +1,5 @@
 """Property tests of refine_predict (hypothesis): random label maps, scores and embedders."""
 import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
-import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from brefine import refine_predict, Prototypes, batch_band, extract_prototypes
 

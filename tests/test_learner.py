@@ -1,5 +1,5 @@
 "Integration and property tests for brefine.learner (EmbeddingNet, band features, triplets, refine_learner)."
-import shutil, urllib.error, warnings
+import importlib.util, urllib.error, warnings
 from pathlib import Path
 import pytest
 import torch
@@ -9,7 +9,7 @@ from fastai.callback.core import CancelBatchException
 from fastai.learner import load_learner
 from fastai.torch_core import set_seed
 from brefine.learner import (EmbeddingNet, TORCHVISION_BACKBONES, sample_features, band_features, triplet_losses,
-                             sample_triplets, TripletLoss, TripletCallback, ActiveTriplets, refine_learner, embedding_splitter)
+                             sample_triplets, TripletLoss, TripletCallback, refine_learner, embedding_splitter)
 
 torch.set_num_threads(1)
 WEIGHTS = Path(__file__).resolve().parents[2]/'shared'/'weights'/'mobilenet_v2-b0353104.pth'
@@ -46,8 +46,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match='batch axis'): EmbeddingNet('resnet18', pretrained=False)(torch.randn(3, 32, 32))
 
 def test_timm_missing_or_present():
-    try: import timm  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec('timm') is None:
         with pytest.raises(ImportError, match='pip install timm'): EmbeddingNet('xception65', pretrained=False)
     else:
         with pytest.raises(ValueError, match='Unknown backbone'): EmbeddingNet('no_such_net_xyz', pretrained=False)

@@ -1,5 +1,6 @@
-"""brefine/ has no unused imports, undefined names or unused variables (pyflakes). `_modidx.py` is nbdev's index, and the star
-imports of `__init__.py` are the package's public API (its `__all__` is built from the modules' own)."""
+"""The package and the repository's other Python (brefine/, tests/, bench/, tools/) have no unused imports, undefined names
+or unused variables (pyflakes). `_modidx.py` is nbdev's index, and the star imports of `brefine/__init__.py` are the
+package's public API (its `__all__` is built from the modules' own)."""
 import ast
 from pathlib import Path
 import pytest
@@ -7,7 +8,8 @@ import pytest
 pyflakes = pytest.importorskip('pyflakes')
 from pyflakes import checker, messages
 
-PKG = Path(__file__).resolve().parent.parent/'brefine'
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT/'brefine'
 STAR = (messages.ImportStarUsed, messages.ImportStarUsage)
 
 
@@ -22,3 +24,9 @@ def _problems(f: Path) -> list:
 def test_pyflakes_clean():
     problems = [p for f in sorted(PKG.glob('*.py')) if f.name != '_modidx.py' for p in _problems(f)]
     assert not problems, 'pyflakes (fix the notebook, then nbdev_export):\n' + '\n'.join(problems)
+
+
+def test_pyflakes_clean_beyond_the_package():
+    "The tests, bench scripts and tools: no package file exports them, so nothing else would flag a stale import there."
+    problems = [p for d in ('tests', 'bench', 'tools') for f in sorted((ROOT/d).rglob('*.py')) for p in _problems(f)]
+    assert not problems, 'pyflakes:\n' + '\n'.join(problems)

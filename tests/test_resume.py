@@ -1,6 +1,5 @@
 """Interrupted training resumes: `brefine train --resume` continues the same run (weights, optimiser, schedule, random states)."""
 import os, signal, subprocess, sys, time
-from pathlib import Path
 import pytest, torch
 from brefine.training import load_checkpoint
 from brefine.core import atomic_save

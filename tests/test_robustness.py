@@ -1,6 +1,5 @@
 """Untrusted files never run code; saves are atomic even when the writer is killed mid-save."""
 import os, json, signal, subprocess, sys, time, textwrap
-from pathlib import Path
 import pytest, torch
 from brefine import Prototypes, Refiner, EmbeddingNet
 from brefine.training import load_checkpoint

@@ -2,7 +2,6 @@
 clear error, and its code never runs. The one exception, an exported fastai Learner, is opened only when asked for by
 name (`brefine refine --learner FILE`), only after every other check has passed, and its help says that it can run code."""
 import contextlib, io, os, pickle, shutil
-from pathlib import Path
 import numpy as np
 import pytest
 import torch

@@ -49,7 +49,7 @@ post-processing.  Search (Quarto's lunr index) is the one Quarto feature this bu
 usage: python tools/build_docs.py [--out DIR] [--force] [--strict] [--quiet]
 """
 from __future__ import annotations
-import argparse, ast, contextlib, copy, html, io, os, posixpath, re, shutil, sys, tempfile, time, warnings
+import argparse, ast, contextlib, html, io, os, posixpath, re, shutil, sys, tempfile, time, warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -345,7 +345,7 @@ def sidebar_html(entries, pages: dict, titles: dict, current: Path) -> str:
 
 def render(cfg, processed: dict, out: Path, say=print):
     "Render the processed notebooks into a static site in `out`."
-    import nbformat, nbdev
+    import nbdev
     from nbconvert import HTMLExporter
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
     from pygments.formatters import HtmlFormatter

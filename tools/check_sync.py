@@ -1,6 +1,6 @@
 """Check that brefine/ is exactly what `nbdev_export` writes from nbs/, that `nbdev_clean` changes
 no notebook, and that README.md is generated from nbs/index.ipynb.  Works on a copy: changes nothing."""
-import filecmp, shutil, subprocess, sys, tempfile
+import shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 root = Path(__file__).resolve().parent.parent
