@@ -65,17 +65,16 @@ def run(a):
                 t = time.perf_counter(); inf.relabel(e, p, protos, s, levels=lv); ts['relabel'].append(time.perf_counter() - t)
                 for k, v in zip(('answer', 'choice', 'decision'), stages(e, p, lv)): ts[k].append(v)
             t = time.perf_counter(); base(img); ts['base'].append(time.perf_counter() - t)
-        voted, vote = [], inf._grey_vote                       # the pixels each vote pass re-votes, and those it changes
-        def counting(plane, lin, cand, allowed, cur, *args, **kw):
-            v = vote(plane, lin, cand, allowed, cur, *args, **kw); voted.append((len(lin), int((v != cur).sum()))); return v
-        inf._grey_vote, passes = counting, []
+        voted, pick = [], inf._pick                            # the pixels each vote pass re-votes, and those it changes
+        def counting(scores, cand, allowed, cur):              # with a grey-level weight, one call per pass (`_grey_passes`)
+            v = pick(scores, cand, allowed, cur); voted.append((len(cur), int((v != cur).sum()))); return v
+        inf._pick, passes = counting, []
         try:
             for e, p, lv in data:
                 voted.clear(); ans = inf._base_answer(p); inf.relabel(e, p, protos, s, levels=lv)
-                n = len(voted) // 2                            # chunks per pass
-                passes.append((len(inf._band_pixels(*ans, s)), sum(k for k, _ in voted[:n]), sum(c for _, c in voted[:n]),
-                               sum(k for k, _ in voted[n:])))
-        finally: inf._grey_vote = vote
+                (k1, c1), (k2, _) = voted
+                passes.append((len(inf._band_pixels(*ans, s)), k1, c1, k2))
+        finally: inf._pick = pick
     med = {k: float(np.median(v)) * 1e3 for k, v in ts.items()}
     print(f'post-processing on {len(data)} CamVid test label maps (every {a.every}th, 360x480), stand-in base and embedding '
           f'(noise {a.noise}), 2 threads, median of {a.repeats}; settings {s}')
