@@ -13,8 +13,10 @@ It prints the median milliseconds per image of the whole `relabel` and of its th
 probability check; the choice: band, top-N, distances; the decision: nearest candidate and the two grey-vote passes),
 how many pixels each vote pass re-votes and how many the first pass changes, and the base forward of `bench/benchmark.py`'s
 base model (DeepLabV3-style MobileNetV2, random weights) on a 360×480 image, timed in the same loop (2 threads).
+`--before REV` also times `relabel` of brefine as of git revision REV (its whole package, as `bench/speed.py --before`
+imports it) in the same loop, taking turns with the current one, and checks that both give the same labels.
 
-usage: .venv/bin/python bench/post_stages.py [--every 23] [--repeats 5] [--noise 0.7] [--record]
+usage: .venv/bin/python bench/post_stages.py [--every 23] [--repeats 5] [--noise 0.7] [--before REV] [--record]
 """
 import argparse, os, time
 from pathlib import Path
@@ -50,6 +52,13 @@ def run(a):
     torch.set_num_threads(2)
     data, protos = cases(a.every, a.noise)
     s = inf.RefineSettings(top_n=3, radius=18, tau=None, alpha=0.1, vote=11, grey=10.)
+    if a.before:                                               # the other version's relabel, with its own Prototypes and settings
+        import importlib
+        from speed import _package_at
+        old = _package_at(a.before)
+        protos_b = importlib.import_module('brefine_before.prototypes').Prototypes(protos.vectors, protos.counts, train_radius=3, mean=protos.mean, std=protos.std)
+        s_b = old.RefineSettings(**{k: getattr(s, k) for k in ('top_n', 'radius', 'tau', 'alpha', 'vote', 'grey')})
+        before = lambda e, p, lv: old.relabel(e, p, protos_b, s_b, levels=lv)
     def stages(e, p, lv):
         t0 = time.perf_counter(); ans = inf._base_answer(p)
         t1 = time.perf_counter(); c = inf._candidates(e, p, ans, protos, s, None, lv); chunks = list(c[2])
@@ -57,12 +66,16 @@ def run(a):
         t3 = time.perf_counter(); return t1 - t0, t2 - t1, t3 - t2
     base = base_model(n_classes=11, pretrained=False).eval()
     img = torch.zeros(1, 3, 360, 480)
-    ts = {k: [] for k in ('relabel', 'answer', 'choice', 'decision', 'base')}
+    ts = {k: [] for k in ('relabel', 'answer', 'choice', 'decision', 'base') + (('before',) if a.before else ())}
     with torch.inference_mode():
         for e, p, lv in data[:2]: inf.relabel(e, p, protos, s, levels=lv); base(img)       # warm-up
+        if a.before:
+            for e, p, lv in data:
+                if not torch.equal(before(e, p, lv), inf.relabel(e, p, protos, s, levels=lv)): raise SystemExit(f'{a.before} gives other labels')
         for _ in range(a.repeats):
             for e, p, lv in data:
                 t = time.perf_counter(); inf.relabel(e, p, protos, s, levels=lv); ts['relabel'].append(time.perf_counter() - t)
+                if a.before: t = time.perf_counter(); before(e, p, lv); ts['before'].append(time.perf_counter() - t)
                 for k, v in zip(('answer', 'choice', 'decision'), stages(e, p, lv)): ts[k].append(v)
             t = time.perf_counter(); base(img); ts['base'].append(time.perf_counter() - t)
         voted, pick = [], inf._pick                            # the pixels each vote pass re-votes, and those it changes
@@ -80,6 +93,7 @@ def run(a):
           f'(noise {a.noise}), 2 threads, median of {a.repeats}; settings {s}')
     print(f"  base forward (DeepLabV3-style MobileNetV2, random weights, 360x480): {med['base']:.1f} ms")
     print(f"  relabel: {med['relabel']:.2f} ms = {med['relabel'] / med['base']:.3f}x the base forward")
+    if a.before: print(f"  relabel of {a.before}: {med['before']:.2f} ms = {med['before'] / med['base']:.3f}x the base forward (the same labels on every image)")
     for k, what in (('answer', 'arg-max and probability check'), ('choice', 'band, top-N, distances'),
                     ('decision', 'nearest candidate, two grey-vote passes')):
         print(f"    {k:9s} {med[k]:6.2f} ms  {med[k] / med['base']:.3f}x  ({what})")
@@ -90,4 +104,5 @@ if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--every', type=int, default=23); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--noise', type=float, default=0.7, help="σ of the noise added to each pixel's prototype (the embedding)")
+    ap.add_argument('--before', help="a git revision whose relabel to time alongside (the same labels are checked)")
     main_recorded(ap, 'post_stages', run)
