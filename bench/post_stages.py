@@ -78,16 +78,17 @@ def run(a):
                 if a.before: t = time.perf_counter(); before(e, p, lv); ts['before'].append(time.perf_counter() - t)
                 for k, v in zip(('answer', 'choice', 'decision'), stages(e, p, lv)): ts[k].append(v)
             t = time.perf_counter(); base(img); ts['base'].append(time.perf_counter() - t)
-        voted, pick = [], inf._pick                            # the pixels each vote pass re-votes, and those it changes
-        def counting(scores, cand, allowed, cur):              # with a grey-level weight, one call per pass (`_grey_passes`)
-            v = pick(scores, cand, allowed, cur); voted.append((len(cur), int((v != cur).sum()))); return v
-        inf._pick, passes = counting, []
+        voted, vote = [], inf._grey_vote                       # the pixels each vote pass re-votes, and those it changes
+        def counting(plane, lin, cand, allowed, cur, *args, **kw):
+            v = vote(plane, lin, cand, allowed, cur, *args, **kw); voted.append((len(lin), int((v != cur).sum()))); return v
+        inf._grey_vote, passes = counting, []
         try:
             for e, p, lv in data:
                 voted.clear(); ans = inf._base_answer(p); inf.relabel(e, p, protos, s, levels=lv)
-                (k1, c1), (k2, _) = voted
-                passes.append((len(inf._band_pixels(*ans, s)), k1, c1, k2))
-        finally: inf._pick = pick
+                n = len(voted) // 2                            # chunks per pass
+                passes.append((len(inf._band_pixels(*ans, s)), sum(k for k, _ in voted[:n]), sum(c for _, c in voted[:n]),
+                               sum(k for k, _ in voted[n:])))
+        finally: inf._grey_vote = vote
     med = {k: float(np.median(v)) * 1e3 for k, v in ts.items()}
     print(f'post-processing on {len(data)} CamVid test label maps (every {a.every}th, 360x480), stand-in base and embedding '
           f'(noise {a.noise}), 2 threads, median of {a.repeats}; settings {s}')

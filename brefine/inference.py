@@ -297,13 +297,9 @@ def _most(v, cand, allowed) -> torch.Tensor:
         pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
     return pick
 
-def _pick(scores, cand, allowed, cur) -> torch.Tensor:
-    "The row (K,) of candidates `cand` (N,K) `allowed` (N,K) with the largest integer `scores` (N,K); a tie keeps the pixel's label `cur` (K,), then goes to the first."
-    return _most(scores * 2 + (cand == cur), cand, allowed)
-
 def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
     "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
-    return _pick(_counts_at(*box, cand, lin), cand, allowed, cur)
+    return _most(_counts_at(*box, cand, lin) * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05_inference.ipynb #84fdf567
 def _arg_max(p: torch.Tensor) -> tuple:
@@ -320,6 +316,10 @@ def _true_at(mask: torch.Tensor) -> torch.Tensor:
     "Flat int64 indices (K,) of the True elements of the bool `mask`, in order: `mask.view(-1).nonzero()[:, 0]`, on the CPU by numpy, several times faster."
     if mask.device.type == 'cpu': return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.view(-1).nonzero()[:, 0]
+
+def _columns(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    "The columns `i` (K,) of the rows `x` (N,S): `x.index_select(1, i)` by `gather`, on a CPU several times faster for small integer or bool rows."
+    return x.gather(1, i.long().expand(len(x), -1))
 
 def _band_pixels(base, top1, is_p: bool, s: RefineSettings) -> torch.Tensor:
     "Flat indices (K,) of the pixels of `base` (B,H,W) to re-decide: its band, and with probabilities (`is_p`) and a gate only those whose top score `top1` is below `s.tau`."
@@ -371,20 +371,9 @@ def _grey_table(sigma: float, M: int) -> torch.Tensor:
     return t.view(-1, M)
 
 # %% ../nbs/05_inference.ipynb #beeb89eb
-def _plane_at(lin, size: tuple, r: int, n: int) -> torch.Tensor:
-    "Positions (K,) of the flat pixels `lin` of images of `size` (B,H,W) in a `_grey_plane` padded by `r` (of `n` entries): int32 where they fit, half the memory traffic."
-    (B, H, W) = size
-    b, y, x = _pixels(lin, B, H, W)
-    at = (b * (H + 2 * r) + y + r) * (W + 2 * r) + x + r
-    return at.int() if n < 2 ** 31 else at
-
-def _lattice_offsets(k: int, Wp: int, like: torch.Tensor) -> torch.Tensor:
-    "The `_lattice` points of the k×k window as offsets in a plane `Wp` wide, of `like`'s integer type and device."
-    return torch.tensor([dy * Wp + dx for dy in _lattice(k) for dx in _lattice(k)], dtype=like.dtype, device=like.device)
-
 def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torch.Tensor:
     "int32 (N,K): for the candidates `cand` (N,K) of the plane positions `at` (K,) (`plane` `Wp` wide), the sums of grey-level weights at the `k`-window's `_lattice` points holding each one's class."
-    offs = _lattice_offsets(k, Wp, at)
+    offs = torch.tensor([dy * Wp + dx for dy in _lattice(k) for dx in _lattice(k)], dtype=at.dtype, device=at.device)
     g = 255 - (plane.index_select(0, at) & 511)                          # 255 − g₀: with a point's grey g, g − g₀ + 255 indexes the weights
     if M <= GREY_TABLE_CLASSES:                                          # every class's sum in one pass over the table
         rows = plane.index_select(0, (at[:, None] + offs).view(-1)).view(len(at), len(offs)).add_(g[:, None])
@@ -396,6 +385,14 @@ def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torc
         wv, lab = w.index_select(0, (v & 511).add_(g)), v >> 9
         for j in range(len(ci)): score[j] += wv * (lab == ci[j])
     return score
+
+def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple, M: int) -> torch.Tensor:
+    "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate (`cand`, `allowed` (N,K)) with the largest `_grey_scores` (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
+    (B, H, W), r = size, k // 2
+    b, y, x = _pixels(lin, B, H, W)
+    at = (b * (H + 2 * r) + y + r) * (W + 2 * r) + x + r
+    if plane.numel() < 2 ** 31: at = at.int()                            # int32 positions: half the memory traffic
+    return _most(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M) * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05_inference.ipynb #400c88c2
 def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
@@ -418,7 +415,7 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
     p = rows.gather(1, lin.expand(len(rows), -1))                           # (M,K): faster than index_select along dim 1
     if not is_p:                                                          # logits: the softmax of these pixels only, then the gate
         p = p.softmax(0)
-        if s.tau is not None: k = _true_at(p.amax(0) < s.tau); lin, p = lin.index_select(0, k), p.index_select(1, k)
+        if s.tau is not None: k = _true_at(p.amax(0) < s.tau); lin, p = lin.index_select(0, k), _columns(p, k)
     top_p, cand = (t.t() for t in _top_n(p, s.top_n))                     # P3: rows (N,K), contiguous as `_top_n` gives them
     vecs, sq, missing = protos
     d, allowed = _distances(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size, cand)   # P5
@@ -454,7 +451,13 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
-    if done and grey is not None: _grey_passes(base, done, levels, vote, grey, M)   # each pass reads the labels of the one before
+    before = None
+    for _ in range(GREY_PASSES if done and grey is not None else 0):     # each pass reads the labels of the one before
+        redo, plane, before, voted = _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), base.clone(), []
+        for li, cand, allowed, _ in done:                                 # only the pixels the vote can change
+            j = _true_at(redo.index_select(0, li)); li = li.index_select(0, j)
+            voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j), out.index_select(0, li), vote, grey, base.shape, M)))
+        for li, v in voted: out.scatter_(0, li, v)
     if done and grey is None:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
@@ -463,43 +466,6 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
 def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
     return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey)
-
-# %% ../nbs/05_inference.ipynb #e109d963
-def _score_changes(scores, col, plane, q, old, new, cand, k: int, sigma: float, Wp: int):
-    "Update in place the `_grey_scores` `scores` (N,S) of the candidates `cand` (N,S) of scored pixels (`col`: a map over `plane`, `Wp` wide, of each one's column, −1 elsewhere) for the plane positions `q` (Q,) changing class from `old` to `new` (Q,)."
-    offs = _lattice_offsets(k, Wp, q)
-    at = (q[:, None] - offs).view(-1)                                    # the pixels that read q as a lattice point ...
-    keep = _true_at(col.index_select(0, at) >= 0)                        # ... and are scored: their columns j, their q's index i
-    at, i = at.index_select(0, keep), keep.div(len(offs), rounding_mode='floor')
-    j = col.index_select(0, at)
-    g = (plane.index_select(0, q.index_select(0, i)) & 511).sub_(plane.index_select(0, at) & 511).add_(255)   # g_q − g_p + 255
-    c = cand.index_select(1, j)
-    d = (c == new.index_select(0, i)).int().sub_((c == old.index_select(0, i)).int())   # +1 for the new class, −1 for the old
-    scores.index_add_(1, j, d.mul_(_grey_weights(float(sigma)).to(q.device).index_select(0, g)))
-
-# %% ../nbs/05_inference.ipynb #ce8c6371
-def _grey_passes(labels, done: list, levels, k: int, sigma: float, M: int):
-    "`GREY_PASSES` passes of the `k`-window vote weighted by grey `levels` over the band pixels of `done` (`_decide`'s chunks), on `labels` (B,H,W) in place."
-    out, r, W = labels.view(-1), k // 2, labels.shape[-1]
-    li, cand, allowed = (torch.cat(t, -1) for t in list(zip(*done))[:3])  # every band pixel, its candidates and which the vote may choose
-    plane, Wp, step, before = _grey_plane(labels, levels, r, M), W + 2 * r, _chunk_for(labels.device), None
-    at, col = _plane_at(li, labels.shape, r, plane.numel()), torch.full_like(plane, -1)   # col: each scored pixel's column of `scores`
-    scores, cand_s = torch.empty((len(cand), 0), dtype=torch.int32, device=li.device), cand[:, :0]
-    for p in range(GREY_PASSES):
-        j = _true_at(_revote(labels, k, before).index_select(0, li)); aj = at.index_select(0, j)
-        new = j.index_select(0, _true_at(col.index_select(0, aj) < 0))     # scored from scratch: those not scored yet
-        if len(new):
-            an, cn, n0 = at.index_select(0, new), cand.index_select(1, new), scores.shape[1]
-            col.index_copy_(0, an.long(), torch.arange(n0, n0 + len(new), dtype=col.dtype, device=col.device))
-            scores = torch.cat([scores] + [_grey_scores(plane, an[i:i+step], Wp, cn[:, i:i+step], k, sigma, M) for i in range(0, len(new), step)], 1)
-            cand_s = torch.cat([cand_s, cn], 1)
-        lj = li.index_select(0, j); cur = out.index_select(0, lj)
-        v = _pick(scores.index_select(1, col.index_select(0, aj)), cand.index_select(1, j), allowed.index_select(1, j), cur)
-        if p + 1 < GREY_PASSES:                                           # what the next pass reads: the changes of this one
-            ch = _true_at(v != cur); q, b = aj.index_select(0, ch), v.index_select(0, ch)
-            _score_changes(scores, col, plane, q, cur.index_select(0, ch), b, cand_s, k, sigma, Wp)
-            plane.index_copy_(0, q.long(), (plane.index_select(0, q) & 511) | (b.int() << 9)); before = labels.clone()
-        out.scatter_(0, lj, v)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
 def _base_answer(probs: torch.Tensor) -> tuple:
