@@ -175,9 +175,11 @@ def _weights_channels_last(params):
         for p in todo: p.data = _channels_last(p.data)
 
 def _fast_layout(m: nn.Module, *xs) -> tuple:
-    "The feature maps `xs` for the module `m` to read in eval mode on a CPU: channels-last; in inference mode `m`'s own 4-d weights too (in place, once). Otherwise `xs` as they are."
+    "The feature maps `xs` for the module `m` to read in eval mode on a CPU: channels-last; in inference mode `m`'s own 4-d weights too (in place, once: while its first spatial kernel is not yet so). Otherwise `xs` as they are."
     if m.training or xs[0].device.type != 'cpu': return xs
-    if torch.is_inference_mode_enabled(): _weights_channels_last(m.parameters())
+    if torch.is_inference_mode_enabled():
+        k = next((p for p in m.parameters() if p.ndim == 4 and p.shape[-1] > 1), None)   # a 1x1 kernel fits both layouts
+        if k is not None and not k.is_contiguous(memory_format=torch.channels_last): _weights_channels_last(m.parameters())
     return tuple(_channels_last(x) for x in xs)
 
 # %% ../nbs/03_learner.ipynb #06a64d10
