@@ -18,7 +18,7 @@ imports it) in the same loop, taking turns with the current one, and checks that
 
 usage: .venv/bin/python bench/post_stages.py [--every 23] [--repeats 5] [--noise 0.7] [--before REV] [--record]
 """
-import argparse, os, time
+import argparse, dataclasses, os, time
 from pathlib import Path
 import numpy as np
 from record import main_recorded
@@ -53,11 +53,10 @@ def run(a):
     data, protos = cases(a.every, a.noise)
     s = inf.RefineSettings(top_n=3, radius=18, tau=None, alpha=0.1, vote=11, grey=10.)
     if a.before:                                               # the other version's relabel, with its own Prototypes and settings
-        import importlib
-        from speed import _package_at
+        from speed import _package_at, prototypes_for
         old = _package_at(a.before)
-        protos_b = importlib.import_module('brefine_before.prototypes').Prototypes(protos.vectors, protos.counts, train_radius=3, mean=protos.mean, std=protos.std)
-        s_b = old.RefineSettings(**{k: getattr(s, k) for k in ('top_n', 'radius', 'tau', 'alpha', 'vote', 'grey')})
+        protos_b = prototypes_for(old, protos)
+        s_b = old.RefineSettings(**dataclasses.asdict(s))
         before = lambda e, p, lv: old.relabel(e, p, protos_b, s_b, levels=lv)
     def stages(e, p, lv):
         t0 = time.perf_counter(); ans = inf._base_answer(p)

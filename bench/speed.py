@@ -76,6 +76,12 @@ def _before(spec: str):
     "The other version's inference module: a copy of inference.py when `spec` is a file, else brefine at git revision `spec`."
     return _inference_copy(spec) if Path(spec).is_file() else _package_at(spec)
 
+def prototypes_for(inf, protos):
+    "`protos` as the inference module `inf` (brefine's, or another version's) takes them: that package's own `Prototypes`, which its checks ask for."
+    if inf.__package__ == 'brefine': return protos
+    return importlib.import_module(f'{inf.__package__}.prototypes').Prototypes(protos.vectors, protos.counts, train_radius=protos.train_radius,
+                                                                             mean=protos.mean, std=protos.std)
+
 def post_processing(inf, probs, x, protos, a):
     "`post(emb)`: the post-processing of module `inf` (brefine.inference or a copy) of the embedding `emb`, as bench/benchmark.py runs it."
     s = inf.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote, **(dict(grey=a.grey) if a.grey else {}))
@@ -135,9 +141,7 @@ def stages(path: str, H, W, a) -> tuple:
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
     if a.before:
         inf_b = _before(a.before)
-        protos_b = protos if inf_b.__package__ == 'brefine' else importlib.import_module('brefine_before.prototypes').Prototypes(
-            protos.vectors, protos.counts, train_radius=3, mean=a.mean, std=a.std)          # the other package checks its own class
-        before = post_processing(inf_b, probs, x, protos_b, a)
+        before = post_processing(inf_b, probs, x, prototypes_for(inf_b, protos), a)
         st['before'] = lambda: before(emb)
         if inf_b.__package__ != 'brefine':                           # a revision: its own embedder too, built as this path builds one
             st['before_refine'] = PATHS[path](H, W, a, before, pkg='brefine_before')['refine']
