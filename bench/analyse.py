@@ -15,7 +15,7 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
   `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
   mean squared distance per dimension of the class's training band embeddings to E_c.
-- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey] (tau `none`: no gate;
+- `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey[,passes]] (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores; `--grey-passes 1 2 3` runs each setting with
   a grey-level weight with that many vote passes.
@@ -35,13 +35,14 @@ import benchmark as B
 from record import RESULTS, printout
 
 def parse_setting(s: str):
-    "radius,top_n,tau,alpha,vote[,grey] as a `RefineSettings` (tau 'none': no gate)."
+    "radius,top_n,tau,alpha,vote[,grey[,passes]] as a `RefineSettings` (tau 'none': no gate)."
     from brefine.inference import RefineSettings
     try:
         r, k, t, a, v, *g = s.split(',')
+        if len(g) > 2: raise ValueError
         return RefineSettings(radius=int(r), top_n=int(k), tau=None if t.lower() == 'none' else float(t), alpha=float(a), vote=int(v),
-                              grey=float(g[0]) if g else None)
-    except (ValueError, TypeError): raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote[,grey], got {s!r}') from None
+                              grey=float(g[0]) if g else None, **(dict(passes=int(g[1])) if len(g) > 1 else {}))
+    except (ValueError, TypeError): raise argparse.ArgumentTypeError(f'expected radius,top_n,tau,alpha,vote[,grey[,passes]], got {s!r}') from None
 
 def parse_args(argv=None):
     doc = __doc__.split('\n\n')
@@ -74,10 +75,10 @@ def parse_args(argv=None):
     c.add_argument('--local', type=float, default=0, metavar='CONF', help="also: image-local prototypes, each class's mean embedding over the image's pixels the base labels that class with top-1 probability >= CONF outside the band, mixed with the global prototype by a weight beta")
     c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
-    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey] (none: the bundle's)")
+    s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey[,passes]] (none: the bundle's)")
     s.add_argument('--every', type=int, default=2, help='every N-th image')
     s.add_argument('--grey-passes', type=int, nargs='+', default=None, metavar='N',
-                   help="run the settings with a grey-level weight with each of these numbers of vote passes (default: the library's)")
+                   help="run the settings with a grey-level weight with each of these numbers of vote passes (default: the setting's)")
     a, rest = p.parse_known_args(argv)
     if rest:                                             # settings given after options: argparse leaves them over
         if a.analysis != 'settings' or any(r.startswith('-') for r in rest): p.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -252,19 +253,16 @@ def settings(a, ds, fs):
     print(f"{'setting':{w}s} {'mIoU':>6s} {'bF@3':>6s} {'ms/img':>7s}")
     m, b = score([p[0].argmax(0).numpy() for _, p, _ in cache])
     print(f"{'base':{w}s} {m:6.2f} {b:6.2f}")
-    import brefine.inference as inf
-    library = inf.GREY_PASSES
-    try:
-        with torch.inference_mode():
-            for s in tried:
-                for n in (a.grey_passes or [library]) if s.grey is not None else [None]:
-                    if n is not None: inf.GREY_PASSES = n
-                    t = time.perf_counter()
-                    preds = [relabel(e, p, ref.prototypes, s, levels=lv)[0].numpy() for e, p, lv in cache]
-                    dt = (time.perf_counter() - t) / len(cache)
-                    m, b = score(preds)
-                    print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}" + (f'  ({n} grey-level vote passes)' if n is not None else ''), flush=True)
-    finally: inf.GREY_PASSES = library
+    from dataclasses import replace
+    with torch.inference_mode():
+        for s in tried:
+            for n in (a.grey_passes or [s.passes]) if s.grey is not None else [None]:
+                if n is not None: s = replace(s, passes=n)
+                t = time.perf_counter()
+                preds = [relabel(e, p, ref.prototypes, s, levels=lv)[0].numpy() for e, p, lv in cache]
+                dt = (time.perf_counter() - t) / len(cache)
+                m, b = score(preds)
+                print(f"{str(s):{w}s} {m:6.2f} {b:6.2f} {1e3 * dt:7.1f}", flush=True)
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -6,7 +6,7 @@ decision as one dense pass over every pixel, the shape a compiler can fuse into 
 
 - choose: each pixel's top-N classes of the base probabilities, the candidates' prototype distances (the distance maps
   upsampled bilinearly to image size), the nearest candidate with the base weight `alpha`; band pixels take it;
-- vote: `GREY_PASSES` passes of the grey-weighted vote over the `_lattice` points of the vote window, each pass reading
+- vote: the setting `passes` (2) of the grey-weighted vote over the `_lattice` points of the vote window, each pass reading
   the labels of the one before, as `relabel` does.
 
 The inputs are those of bench/speed.py's post-processing (scene-like 11-class probabilities, random 32-dim embeddings at
@@ -68,7 +68,7 @@ def dense(probs, emb, vecs, sq, missing, levels, band, base, w, alpha: float, n:
 def run(a):
     import numpy as np, torch
     from speed import _scene_probs
-    from brefine.inference import relabel, RefineSettings, _grey_weights, _lattice, _arg_max, GREY_PASSES
+    from brefine.inference import relabel, RefineSettings, _grey_weights, _lattice, _arg_max
     from brefine.band import batch_band
     from brefine.prototypes import Prototypes
     torch.set_num_threads(a.threads)
@@ -81,7 +81,7 @@ def run(a):
     sq, missing = (vecs * vecs).sum(1), ~protos.present
     band_of = lambda: batch_band(_arg_max(probs)[0], s.radius)
     base, band = _arg_max(probs)[0][0].long(), band_of()[0]
-    args = (probs, emb, vecs, sq, missing, levels, band, base, w, s.alpha, s.top_n, lattice, M, GREY_PASSES)
+    args = (probs, emb, vecs, sq, missing, levels, band, base, w, s.alpha, s.top_n, lattice, M, s.passes)
     ref = relabel(emb, probs, protos, s, levels=levels)[0]
     t = time.perf_counter(); fused = torch.compile(dense, dynamic=False); out = fused(*args); compile_s = time.perf_counter() - t
     cc, cv = torch.compile(choose, dynamic=False), torch.compile(vote, dynamic=False)
@@ -91,7 +91,7 @@ def run(a):
         f(); ts = []
         for _ in range(a.repeats): t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
         return float(np.median(ts)) * 1e3
-    print(f"band pass at {H}x{W}, {a.threads} threads, median of {a.repeats}; top_n 3, radius 18, alpha 0.1, vote 11, grey 10, {GREY_PASSES} vote passes")
+    print(f"band pass at {H}x{W}, {a.threads} threads, median of {a.repeats}; top_n 3, radius 18, alpha 0.1, vote 11, grey 10, {s.passes} vote passes")
     print(f"dense labels equal to relabel's: {(out == ref).double().mean().item():.5%} of the pixels ({(out != ref).sum().item()} differ)")
     print(f"torch.compile of the dense pass: {compile_s:.1f} s, once per shape and settings")
     rows = [('relabel (brefine, band pixels only)', lambda: relabel(emb, probs, protos, s, levels=levels)),

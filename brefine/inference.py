@@ -22,7 +22,7 @@ from .prototypes import Prototypes
 from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded
 
 # %% auto #0
-__all__ = ['GREY_TABLE_CLASSES', 'GREY_PASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
+__all__ = ['GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
            'RefineSettings', 'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
@@ -152,6 +152,7 @@ class RefineSettings:
     alpha: float = 0.        # weight of the base log-probability in the choice (0: the nearest prototype alone)
     vote: int = 0            # odd side of a majority-vote window over the re-decided pixels' candidates (0: no vote)
     grey: float|None = None  # σ, in grey levels (0-255), of the vote's weight on each neighbour's grey-level difference (None: all count 1)
+    passes: int = 2          # passes of the vote with a `grey` weight, each reading the labels the one before left (unused without `grey`)
 
     def __post_init__(self):
         put = partial(object.__setattr__, self)
@@ -166,6 +167,7 @@ class RefineSettings:
             put('grey', as_float(self.grey, 'grey', 1, hint=" grey is the σ of the vote's grey-level weight, in grey levels; None: no weight."))
             if not self.vote: raise ValueError(f"grey={self.grey:g} weighs the vote's neighbours, but vote is 0: set an odd vote window "
                                                "like 9 too, or leave grey at None.")
+        put('passes', as_int(self.passes, 'passes', 1, hint=" passes counts the grey-weighted vote's passes."))
 
 # %% ../nbs/05_inference.ipynb #1031bfab
 @patch
@@ -425,7 +427,6 @@ def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, 
 # %% ../nbs/05_inference.ipynb #5cfbf161
 _CHUNK = 1 << 17                                                          # band pixels per step of the band pass on a CPU (bounds memory): a 360x480 band in one step
 _GPU_CHUNK = 1 << 19                                                      # on a GPU: fewer, larger steps (each one launches ~100 small kernels)
-GREY_PASSES = 2                                                           # passes of the vote with a grey-level weight
 
 def _chunk_for(device) -> int:
     "Band pixels per step of the band pass on `device`: `_CHUNK` on a CPU, `_GPU_CHUNK` on a GPU, where a step's time is mostly kernel launches."
@@ -442,8 +443,16 @@ def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSett
     rows, chunk = probs.transpose(0, 1).reshape(M, -1), chunk or _chunk_for(emb.device)   # rows (M, B·H·W): a view for one image
     return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)), levels
 
-def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None) -> torch.Tensor:
-    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote` (weighted by `grey`)."
+def _grey_pass(base, done: list, before, levels, vote: int, grey: float, M: int):
+    "One pass of the grey-weighted vote, in place in the labels `base` (B,H,W), over the re-decided pixels of `done` (`_decisions`' chunks) whose window the pass can change since the labels `before` (None: the first pass)."
+    out, redo, plane, voted = base.view(-1), _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), []
+    for li, cand, allowed, _ in done:                                     # only the pixels the vote can change
+        j = _true_at(redo.index_select(0, li)); li = li.index_select(0, j)
+        voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j), out.index_select(0, li), vote, grey, base.shape, M)))
+    for li, v in voted: out.scatter_(0, li, v)                            # all at once: every pixel read the labels before the pass
+
+def _decisions(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2):
+    "The labels (B,H,W) from `_candidates`' results as they are made: each band pixel's nearest candidate with base weight `alpha` and an unweighted `vote`, yielded once; with `grey`, yielded after each of the vote's `passes` instead. One tensor, updated in place: read it before the next."
     base, M, chunks, levels = candidates
     out, done = None, []
     for li, cand, allowed, d, top_p in chunks:
@@ -451,21 +460,25 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None)
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
-    before = None
-    for _ in range(GREY_PASSES if done and grey is not None else 0):     # each pass reads the labels of the one before
-        redo, plane, before, voted = _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), base.clone(), []
-        for li, cand, allowed, _ in done:                                 # only the pixels the vote can change
-            j = _true_at(redo.index_select(0, li)); li = li.index_select(0, j)
-            voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j), out.index_select(0, li), vote, grey, base.shape, M)))
-        for li, v in voted: out.scatter_(0, li, v)
-    if done and grey is None:
+    if grey is not None:
+        before = None
+        for _ in range(passes):                                           # each pass reads the labels of the one before
+            if done: now = base.clone(); _grey_pass(base, done, before, levels, vote, grey, M); before = now
+            yield base
+        return
+    if done:
         box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
-    return base.long()
+    yield base
+
+def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2) -> torch.Tensor:
+    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote` (weighted by `grey`, in `passes`)."
+    *_, labels = _decisions(candidates, alpha, vote, grey, passes)
+    return labels.long()
 
 def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
-    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey)
+    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey, s.passes)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
 def _base_answer(probs: torch.Tensor) -> tuple:
@@ -479,7 +492,7 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
             chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
             levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
-            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey)
+            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
     "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
     _check_protos(prototypes, probs.shape[1], emb.shape[1])
     s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
@@ -516,7 +529,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
                    settings: RefineSettings|None = None,   # how band pixels are re-decided (None: the defaults)
-                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote, grey): they override `settings`
+                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote, grey, passes): they override `settings`
     "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W)."
     s = _settings(settings, kwargs)
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
@@ -573,21 +586,26 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, g
 def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index) -> tuple:
     "For each setting in `tried`: the metrics' statistics summed over the images of `cache` (from `_calibration_inputs`) and `gts`, and its post-processing seconds per image (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision)."
     from brefine.metrics import _bf_miou_stats, _add_stats
-    n, groups = prototypes.n_classes, {}                                 # the settings that share a radius, a gate and a top-N
-    for i, s in enumerate(tried): groups.setdefault((s.radius, s.tau, s.top_n), []).append(i)
+    n, groups = prototypes.n_classes, {}     # (radius, gate, top-N) -> (alpha, vote, grey) -> {passes: index}: what each step shares
+    for i, s in enumerate(tried):
+        groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[s.passes if s.grey is not None else 1] = i
     sums, secs = [None] * len(tried), [0.] * len(tried)
     with torch.inference_mode():
         for (e, p, lv, t_lv), g in zip(cache, gts):
             a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
-            for idx in groups.values():
-                (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, tried[idx[0]].for_classes(n), None, lv)
+            for sub in groups.values():
+                s = tried[min(i for by_passes in sub.values() for i in by_passes.values())].for_classes(n)
+                (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, s, None, lv)
                 chunks, t_l = _timed(list, chunks)                          # the chunks are made as they are listed
-                for i in idx:                                                # once for every alpha and vote
-                    out, t_d = _timed(_decide, (b_, M_, chunks, lv), tried[i].alpha, tried[i].vote, tried[i].grey)
-                    secs[i] += t_a + t_c + t_l + t_d + (t_lv if tried[i].grey is not None else 0.)
-                    sums[i] = _add_stats(sums[i], _bf_miou_stats(to_numpy(out[0]), g, n, tolerance, ignore_index))
+                for (alpha, vote, grey), by_passes in sub.items():         # once for every alpha and vote, all its passes in one run
+                    steps, t = _decisions((b_, M_, chunks, lv), alpha, vote, grey, max(by_passes)), t_a + t_c + t_l
+                    if grey is not None: t += t_lv
+                    for k in range(1, max(by_passes) + 1):                  # labels after pass k, each timed from the start
+                        out, t_k = _timed(next, steps); t += t_k
+                        if k not in by_passes: continue
+                        secs[by_passes[k]] += t
+                        sums[by_passes[k]] = _add_stats(sums[by_passes[k]], _bf_miou_stats(to_numpy(out[0]), g, n, tolerance, ignore_index))
     return sums, [t / max(len(cache), 1) for t in secs]
-
 
 # %% ../nbs/05_inference.ipynb #2024e5a9
 def _best(rows: list, rank, max_seconds: float|None = None) -> dict:
@@ -613,6 +631,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
               votes=(0, 5, 9, 11),            # majority-vote windows to try (0: none)
               greys=(None, 10.),              # grey-level weights of the vote to try (None: none)
+              passes=(1, 2),                  # passes of a grey-weighted vote to try
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
@@ -628,8 +647,9 @@ def calibrate(embedder,                       # the embedder (or Learner)
     cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
     n = prototypes.n_classes
     for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
-    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr) for r, k, t, a, v, gr in
-                                         itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)]
+    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr, ps) for r, k, t, a, v, gr in
+                                         itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)
+                                         for ps in (passes if gr is not None else (RefineSettings.passes,))]   # passes: only with grey
     sums, secs = _score_settings(cache, gts_, tried, prototypes, tolerance, ignore_index)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t)
             for s, st, t in zip(tried, sums, secs)]
@@ -638,7 +658,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
                 miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
 
 # %% ../nbs/05_inference.ipynb #352a41fa
-REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 3
+REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 4
 _SETTING_NAMES = tuple(f.name for f in fields(RefineSettings))
 
 class Refiner(GetAttr):
