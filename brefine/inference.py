@@ -89,11 +89,9 @@ def prepare_image(img, mean=None, std=None):
 
 
 # %% ../nbs/05_inference.ipynb #774e5efe
-_PROB_TOL = 1e-3                                 # how far from 1 the class sums of probabilities may be
-
-def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float = _PROB_TOL) -> bool:
+def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float = 1e-3) -> bool:
     "Whether scores `s` are probabilities along `dim`: none negative, and every sum within `tol` of 1 (two full reductions, then two numbers)."
-    if not bool(s.amin() >= 0): return False         # amin: no index to track, faster than min
+    if not bool(s.min() >= 0): return False
     lo, hi = s.sum(dim).aminmax()                    # the farthest sums from 1 are the smallest and the largest
     return bool((lo - 1).abs() < tol) and bool((hi - 1).abs() < tol)
 
@@ -399,19 +397,9 @@ def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple
     return _most(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M) * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05_inference.ipynb #400c88c2
-@functools.lru_cache(maxsize=None)
-def _lattice_kernel(k: int) -> np.ndarray:
-    "The k×k uint8 kernel, 1 at the `_lattice` points, by which OpenCV dilates or erodes."
-    m = np.zeros((k, k), np.uint8); at = np.array(_lattice(k)) + k // 2
-    m[np.ix_(at, at)] = 1
-    return m
-
 def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
-    "`op` (`torch.maximum` or `torch.minimum`) of `x` (B,H,W) over the `_lattice` points of the k×k window around each pixel, `fill` outside the image; uint8 on a CPU by OpenCV's dilation or erosion."
+    "`op` (`torch.maximum` or `torch.minimum`) of `x` (B,H,W) over the `_lattice` points of the k×k window around each pixel, `fill` outside the image."
     r, L, (H, W) = k // 2, _lattice(k), x.shape[-2:]
-    if x.device.type == 'cpu' and x.dtype == torch.uint8 and x.is_contiguous() and fill == (0 if op is torch.maximum else 255):
-        f = cv2.dilate if op is torch.maximum else cv2.erode                # outside the image: OpenCV's border is 0 / 255, as `fill`
-        return torch.from_numpy(np.stack([f(m, _lattice_kernel(k)) for m in x.numpy()]))
     p = F.pad(x, (r, r, r, r), value=fill)
     rows = functools.reduce(op, [p[..., r + d:r + d + W] for d in L])
     return functools.reduce(op, [rows[..., r + d:r + d + H, :] for d in L])
@@ -493,23 +481,8 @@ def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSetting
     return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey, s.passes)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
-def _answer_cv2(a: np.ndarray, tol: float = _PROB_TOL) -> tuple:
-    "`_base_answer` of float32 scores (B,M,H,W) (contiguous numpy, M <= 256) in one pass of OpenCV over each class's plane: the arg-max by compare and max, the least score and the sums for `_looks_like_probs`."
-    best, more, idx = a[:, 0].copy(), np.empty(a.shape[2:], np.uint8), np.zeros((a.shape[0], *a.shape[2:]), np.uint8)
-    least, lo, hi = math.inf, math.inf, -math.inf
-    for b in range(len(a)):
-        acc = a[b, 0].copy(); least = min(least, cv2.minMaxLoc(acc)[0])
-        for m in range(1, a.shape[1]):
-            cv2.compare(a[b, m], best[b], cv2.CMP_GT, more); cv2.max(best[b], a[b, m], best[b])
-            cv2.max(idx[b], cv2.bitwise_and(more, m, more), idx[b])       # 255 where m exceeds every earlier class: m there
-            cv2.add(acc, a[b, m], acc); least = min(least, cv2.minMaxLoc(a[b, m])[0])   # the plane is in the cache now
-        l, h = cv2.minMaxLoc(acc)[:2]; lo, hi = min(lo, l), max(hi, h)
-    return torch.from_numpy(idx), torch.from_numpy(best), least >= 0 and abs(lo - 1) < tol and abs(hi - 1) < tol
-
 def _base_answer(probs: torch.Tensor) -> tuple:
-    "What every setting reads of the base scores (B,M,H,W): (the arg-max as small ints, its score, whether they are probabilities); on a CPU, float32 scores in one pass of OpenCV (`_answer_cv2`)."
-    if probs.device.type == 'cpu' and probs.dtype == torch.float32 and probs.shape[1] <= 256 and probs.is_contiguous() and probs[0, 0].numel():
-        return _answer_cv2(probs.detach().numpy())
+    "What every setting reads of the base scores (B,M,H,W): (the arg-max as small ints, its score, whether they are probabilities)."
     base, top1 = _arg_max(probs)
     return base, top1, _looks_like_probs(probs)
 
