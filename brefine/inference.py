@@ -299,9 +299,13 @@ def _most(v, cand, allowed) -> torch.Tensor:
         pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
     return pick
 
+def _pick(scores, cand, allowed, cur) -> torch.Tensor:
+    "The row (K,) of candidates `cand` (N,K) `allowed` (N,K) with the largest integer `scores` (N,K); a tie keeps the pixel's label `cur` (K,), then goes to the first."
+    return _most(scores * 2 + (cand == cur), cand, allowed)
+
 def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
     "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
-    return _most(_counts_at(*box, cand, lin) * 2 + (cand == cur), cand, allowed)
+    return _pick(_counts_at(*box, cand, lin), cand, allowed, cur)
 
 # %% ../nbs/05_inference.ipynb #84fdf567
 def _arg_max(p: torch.Tensor) -> tuple:
@@ -394,7 +398,7 @@ def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple
     b, y, x = _pixels(lin, B, H, W)
     at = (b * (H + 2 * r) + y + r) * (W + 2 * r) + x + r
     if plane.numel() < 2 ** 31: at = at.int()                            # int32 positions: half the memory traffic
-    return _most(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M) * 2 + (cand == cur), cand, allowed)
+    return _pick(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M), cand, allowed, cur)
 
 # %% ../nbs/05_inference.ipynb #400c88c2
 def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
