@@ -57,6 +57,7 @@ def parse_args(argv=None):
     common.add_argument('--embedder', default='shared', choices=('separate', 'shared'), help="the run's embedder")
     common.add_argument('--train-blocks', type=int, default=None, help="the run's --train-blocks (shared embedder; default: the library's)")
     common.add_argument('--fusion', default=None, help="the run's --fusion (default: the library's)")
+    common.add_argument('--feature-views', type=int, default=None, help="the run's --feature-views (default: none)")
     common.add_argument('--bf16', action='store_true', help="the run's --bf16")
     common.add_argument('--threads', type=int, default=2, help='torch threads')
     common.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt and record it')
@@ -102,7 +103,7 @@ def iou(cm):
 def errors(a, ds, fs):
     import numpy as np, torch
     from brefine.band import batch_band
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     n = ds.n_classes
     cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
     rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
@@ -134,7 +135,7 @@ def choice(a, ds, fs):
     from brefine.band import batch_band
     from brefine.learner import sample_features
     from brefine.inference import prepare_image
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = (0.3, 1, 3)
@@ -238,7 +239,7 @@ def settings(a, ds, fs):
     import torch
     from brefine.inference import prepare_image, relabel, grey_levels
     from brefine.metrics import mean_iou, boundary_f1
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     cache, gts = [], []
     with torch.inference_mode():
         for f in fs:

@@ -10,7 +10,8 @@ One recipe for every data set (nothing is set by hand for one of them):
    copies of the base backbone's last two blocks (`train_blocks`; the base model itself is frozen), 16384 triplets per
    batch, float32, `fit_one_cycle`; one base forward then serves both. `--fusion sum` gives the head `EmbeddingHead`'s
    light fusion (1x1 projections added, one depthwise-separable 3x3 convolution) instead of DeepLabV3+'s two 3x3
-   convolutions, and `--train-blocks K` trains K copied blocks instead of two. Prototypes from the training images without
+   convolutions, `--train-blocks K` trains K copied blocks instead of two, and `--feature-views N` trains on the base
+   model's features of N augmented passes over the training images, computed once (`FeatureCache`). Prototypes from the training images without
    augmentation (`extract_prototypes`, radius 3). `--embedder separate` trains an `EmbeddingNet` with a MobileNetV2 of
    its own instead, started from the base model's backbone (`refine_learner(dls, backbone='mobilenet_v2',
    backbone_init=base.backbone)`, the same head), the path for base models that are not PyTorch modules.
@@ -70,26 +71,28 @@ QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
-def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None) -> dict:
-    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head (None: the default); `bf16`: bfloat16 mixed-precision training; `fusion`: the head's (None: the default)."
+def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None, feature_views: int|None = None) -> dict:
+    "refine_learner's arguments for the embedder `kind`; for 'shared', `train_blocks` copies of the base's last blocks train with the head (None: the default); `bf16`: bfloat16 mixed-precision training; `fusion`: the head's (None: the default); `feature_views`: cached views of the base's features (None: none)."
     kw = dict(EMBEDDERS[kind])
     if train_blocks is not None: kw['train_blocks'] = train_blocks
     if fusion is not None: kw['fusion'] = fusion
     if bf16: kw['bf16'] = True
+    if feature_views: kw['feature_views'] = feature_views
     return kw
 
 def learner_call(args) -> str:
     "The `refine_learner` call that trains the run's embedder, as text."
     start = 'base=base_model' if args.embedder == 'shared' else 'pretrained=True, backbone_init=base_model.backbone'
-    return f"refine_learner(dls, {start}{''.join(f', {k}={v!r}' for k, v in embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion).items())}, ignore_index=void)"
+    return f"refine_learner(dls, {start}{''.join(f', {k}={v!r}' for k, v in embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views).items())}, ignore_index=void)"
 
-def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None) -> str:
-    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`; a head with `fusion` 'sum': `_sum`)."
+def emb_file_name(kind: str, n_epochs: int, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None, feature_views: int|None = None) -> str:
+    "The cache file of an embedder of `kind` trained `n_epochs` epochs (with `train_blocks` trained base blocks: `_tbK` in the name; in bfloat16: `_bf16`; a head with `fusion` 'sum': `_sum`; on `feature_views` cached views: `_fvN`)."
     from brefine.shared_backbone import TRAIN_BLOCKS
     if train_blocks is None: train_blocks = TRAIN_BLOCKS if kind == 'shared' else 0     # the default on this benchmark's base model
     name = EMB_FILES[kind].format(n_epochs)
     if (fusion or 'concat') != 'concat': name = name.replace('_tri', f'_{fusion}_tri')
     if train_blocks: name = name.replace('_tri', f'_tb{train_blocks}_tri')
+    if feature_views: name = name.replace('_tri', f'_fv{feature_views}_tri')
     return name.replace('_tri', '_bf16_tri') if bf16 else name
 
 T0 = time.perf_counter()
@@ -125,6 +128,9 @@ def parse_args(argv=None):
     p.add_argument('--fusion', default=None,
                    help="how the embedder's head fuses its two features: 'concat' (DeepLabV3+'s two 3x3 convolutions) or 'sum' "
                         "(1x1 projections added, one depthwise-separable 3x3); default: refine_learner's")
+    p.add_argument('--feature-views', type=int, default=None, metavar='N',
+                   help="with --embedder shared: train the embedder on the base model's features of N augmented passes over the "
+                        "training images, computed once (refine_learner's feature_views: faster epochs, fewer distinct augmentations; default: none)")
     p.add_argument('--bf16', action='store_true',
                    help="train the embedder in bfloat16 mixed precision (refine_learner's bf16=True: about 2x faster on CPUs with native bfloat16)")
     p.add_argument('--post-budget', type=float, default=None, metavar='FRACTION',
@@ -136,6 +142,7 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
+    if a.feature_views is not None and (a.embedder != 'shared' or a.feature_views < 1): p.error(f'--feature-views takes N >= 1 with --embedder shared, got {a.feature_views}')
     if a.fusion is not None:
         from brefine.learner import FUSIONS
         if a.fusion not in FUSIONS: p.error(f'--fusion must be one of {", ".join(FUSIONS)}, got {a.fusion!r}')
@@ -182,9 +189,9 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     return budget_epochs(len(ds.files('train')), ds.train_size(), budget_px)
 
 def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
-                fusion: str|None = None) -> dict:
+                fusion: str|None = None, feature_views: int|None = None) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
-    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16, fusion)
+    emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16, fusion, feature_views)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -252,10 +259,10 @@ def get_base(args, ds, dls_fn, n_epochs):
     return learn.model.eval()
 
 def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
-                fusion: str|None = None):
+                fusion: str|None = None, feature_views: int|None = None):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
     from brefine.inference import Refiner
-    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion)
+    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion, feature_views)
     for k in ('base', 'refiner'):
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
     base = load_base(f['base'], ds.n_classes)
@@ -272,12 +279,12 @@ def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
     from brefine.learner import refine_learner, load_embedder, save_embedder
     shared = args.embedder == 'shared'
-    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16, args.fusion)
+    f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16, args.fusion, args.feature_views)
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
     from fastai.torch_core import set_seed
     set_seed(args.seed)
     start = dict(base=base) if shared else dict(pretrained=True, backbone_init=base.backbone)   # the base's features, or a copy of its backbone
-    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion))
+    learn = refine_learner(dls_fn(), ignore_index=ds.void, path=args.cache, model_dir='.', **start, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views))
     _fit(learn, n_epochs, 1e-3)
     net = learn.model
     save_embedder(net, f)
@@ -466,7 +473,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion), config=dict(embedder.config))),
+        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),

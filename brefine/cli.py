@@ -72,12 +72,13 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features, on images normalised as the Learner does (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
           train_blocks: int = None,   # with --learner: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
           fusion: str = None,         # how the head fuses its two features: concat (DeepLabV3+'s decoder, the default) or sum (lighter and faster)
+          feature_views: int = None,  # with --learner: train on the model's features of this many augmented passes over the training images, computed once: faster epochs, more memory (CamVid, 8 views: about 4 GB)
           force: bool = False):       # overwrite OUT when not resuming
     "Train the embedder (with --learner, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
-          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1), train_blocks=(train_blocks, 0))
+          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1), train_blocks=(train_blocks, 0), feature_views=(feature_views, 1))
     as_float(lr, '--lr', 0); as_float(margin, '--margin', 0)
     from brefine.learner import FUSIONS
     if fusion is not None and fusion not in FUSIONS: raise ValueError(f"--fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}.")
@@ -86,12 +87,12 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
     else: ck = None; _check_out(out, force, [init_from, learner])
-    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks),
+    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks, feature_views=feature_views),
                         '--learner FILE', lambda k: '--' + k)
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
                    epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
-                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks, fusion=fusion)
+                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views)
     if rank_distrib() == 0:
         ck = load_checkpoint(out)
         if ck['epoch'] < ck['n_epochs']:

@@ -559,6 +559,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                    base=None,                     # your segmentation model (or its fastai Learner, whose normalisation `dls` must share): train a `SharedEmbeddingNet` on its features instead
                    channels_last: bool|None = None, # channels-last training (`ChannelsLastTraining`); None: when `dls` run on the CPU
                    bf16: bool = False,            # bfloat16 mixed precision (`BF16Training`): faster on CPUs with native bfloat16
+                   feature_views: int|None = None, # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`): faster epochs, more memory
                    cbs=None, metrics=None,        # more callbacks and metrics
                    **kwargs                       # `EmbeddingNet`'s other arguments (aspp_dim, decoder_dim, ...); the rest go to `Learner` (lr, opt_func, path, wd, ...)
                   ) -> Learner:
@@ -567,6 +568,8 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
     if n_inp != 1: raise ValueError(f"refine_learner needs batches (image, mask, band) with one input, but dls.n_inp is {n_inp}: "
                                     "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
                                     "or set dls.n_inp = 1 if your batches are (image, mask, band).")
+    if feature_views is not None and base is None:
+        raise ValueError("feature_views applies with base=: it caches a base model's features, and an embedder with its own backbone trains it.")
     if base is None:
         net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(EmbeddingNet).parameters if k in kwargs})
         net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
@@ -577,6 +580,9 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(SharedEmbeddingNet).parameters if k in kwargs})
         _check_base_learner(dls, base)
         net = SharedEmbeddingNet(_model_of(base), emb_dim, normalize=normalize, **net_kw)
+    if feature_views is not None:
+        from brefine.shared_backbone import FeatureCache
+        cbs = [FeatureCache(as_int(feature_views, 'feature_views', 1), bf16)] + listify(cbs)
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
     for k, v in (('channels_last', channels_last), ('bf16', bf16)):

@@ -4,18 +4,21 @@
 
 # %% ../nbs/03b_shared_backbone.ipynb #8a4a870b
 from __future__ import annotations
-import copy, math
+import copy, math, random
+from pathlib import Path
 from contextlib import contextmanager
 import torch
 import torch.nn as nn
 from fastcore.basics import patch, store_attr
-from fastai.torch_core import params
-from .core import _model_of, _device_of
-from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout
+from fastai.torch_core import params, no_random
+from fastai.callback.core import Callback
+from fastai.data.core import DataLoaders, TfmdDL
+from .core import _model_of, _device_of, as_int
+from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout, _channels_last
 
 # %% auto #0
 __all__ = ['TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state',
-           'reads_base', 'embed_with_base']
+           'FeatureViews', 'feature_views', 'FeatureCache', 'reads_base', 'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -153,8 +156,9 @@ def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tens
     return self.head(low, deep if self.blocks is None else self.blocks(deep), size)
 
 @patch
-def forward(self: SharedEmbeddingNet, x: torch.Tensor) -> torch.Tensor:
-    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features."
+def forward(self: SharedEmbeddingNet, x: torch.Tensor, deep: torch.Tensor|None = None) -> torch.Tensor:
+    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features; given `deep`, `x` is the low feature and `deep` the deep one, as `features` gives them (see `FeatureCache`), and the embeddings are at the low feature's size."
+    if deep is not None: return self.embed_features(x, deep, x.shape[-2:])
     _check_images(x, self.training, 'SharedEmbeddingNet')
     _, low, deep = self.features(x)
     return self.embed_features(low, deep, embedding_size(x))
@@ -243,6 +247,88 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     except Exception as e:
         raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
     return net.eval()
+
+# %% ../nbs/03b_shared_backbone.ipynb #3a98b538
+class FeatureViews:
+    "Training items `(low, deep, mask, band)`: per view, per image, what `SharedEmbeddingNet.features` gave with the image's mask and band; reading item `i` draws one of image `i`'s views (Python's `random`)."
+    n_inp = 2                                                            # the model's inputs: the low and the deep feature
+    def __init__(self, views: list, mask_dtype: torch.dtype = torch.int64):  # views: lists of (low, deep, mask, band), one per image, in the same order
+        if not views or len({len(v) for v in views}) != 1: raise ValueError("FeatureViews needs one or more views with an item per image each.")
+        store_attr()
+    def __len__(self): return len(self.views[0])
+    def __getitem__(self, i: int) -> tuple:
+        low, deep, mask, band = self.views[random.randrange(len(self.views))][i]
+        return low, deep, mask.to(self.mask_dtype), band
+
+# %% ../nbs/03b_shared_backbone.ipynb #4f35ef51
+def _available_memory() -> int|None:
+    "Bytes of memory the system has available (Linux's MemAvailable), or None where that is not known."
+    try:
+        for line in Path('/proc/meminfo').read_text().splitlines():
+            if line.startswith('MemAvailable:'): return int(line.split()[1]) * 1024
+    except OSError: pass
+    return None
+
+def _item_bytes(item: tuple) -> int: return sum(t.numel() * t.element_size() for t in item)
+
+# %% ../nbs/03b_shared_backbone.ipynb #136ce7a4
+def _batch_items(net: SharedEmbeddingNet, x, mask, band, bf16: bool) -> list:
+    "Per image of the batch: (low, deep, mask, band) as `feature_views` keeps them, on the CPU (masks of classes 0-255 as uint8)."
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16): _, low, deep = net.features(_channels_last(x))
+    if low.shape[-2:] != embedding_size(x):
+        raise ValueError(f"The low feature ({net.low!r}) is {tuple(low.shape[-2:])} for {tuple(x.shape[-2:])} images, not the embedding "
+                         f"size {embedding_size(x)}, so it cannot stand for the images: train without cached features.")
+    if not mask.is_floating_point() and 0 <= int(mask.min()) and int(mask.max()) < 256: mask = mask.to(torch.uint8)
+    return [tuple(t[j].cpu().clone() for t in (low, deep, mask, band.bool())) for j in range(len(x))]
+
+@torch.no_grad()
+def feature_views(net: SharedEmbeddingNet,  # the embedder whose base model gives the features
+                  dl,                      # DataLoader of (image, mask, band) batches; read in its order, `views` times
+                  views: int = 1,          # passes over `dl`
+                  bf16: bool = False,      # compute the features under bfloat16 autocast, as `BF16Training` does
+                  seed: int = 0,           # seed of the passes' augmentations (the run's random states are left as they were)
+                  max_memory: float = 0.8  # refuse views that would take more than this fraction of the available memory
+                 ) -> FeatureViews:
+    "The base model's features (`net.features`) of every image of `views` passes over `dl`, with their masks and bands, on the CPU."
+    views, n, out, mdt = as_int(views, 'views', 1), len(dl.dataset), [], torch.int64
+    with no_random(seed):
+        for v in range(views):
+            items = []
+            for x, mask, band in dl:
+                mdt = mask.dtype; items += _batch_items(net, x, mask, band, bf16)
+                need, free = _item_bytes(items[0]) * n * views, _available_memory()
+                if len(items) == len(x) and v == 0 and free is not None and need > max_memory * free:
+                    raise MemoryError(f"{views} cached view(s) of {n} images take about {need / 2**30:.1f} GiB, more than {max_memory:g} "
+                                      f"of the {free / 2**30:.1f} GiB available: use fewer views, smaller images, or no cached features.")
+            out.append(items)
+    return FeatureViews(out, mdt)
+
+# %% ../nbs/03b_shared_backbone.ipynb #6be9df08
+class FeatureCache(Callback):
+    "Train a `SharedEmbeddingNet` on its base model's features of `views` augmented passes over the training images (`feature_views`), computed at the first fit; `learn.dls` is the image DataLoaders again after each fit."
+    order = -20                                                          # before the model moves to the data's device, and before the batches
+    def __init__(self, views: int = 8, bf16: bool = False, seed: int = 0): store_attr(); self.cached = None
+    def before_fit(self):
+        if not isinstance(self.learn.model, SharedEmbeddingNet):
+            raise TypeError(f"FeatureCache trains an embedder on a base model's features, not a {type(self.learn.model).__name__}: "
+                            "build the learner with refine_learner(dls, base=model).")
+        if self.cached is None: self.cached = self._cache(self.learn.dls)
+        self._hand_over(self.learn.dls, self.cached)
+        self.images, self.learn.dls = self.learn.dls, self.cached
+    def after_fit(self): self._hand_over(self.cached, self.images); self.learn.dls = self.images
+
+    def _hand_over(self, src: DataLoaders, dst: DataLoaders):
+        "Give `dst`'s loaders the shuffling generators of `src`'s (fastai makes a new one each epoch): one stream, which checkpoints save."
+        for new, old in zip(dst.loaders, src.loaders): new.rng = old.rng
+
+    def _cache(self, dls) -> DataLoaders:
+        "DataLoaders of the features of `dls`' images, batched and shuffled as `dls` are; made without drawing from the run's random states."
+        net = self.learn.model.to(dls.device) if dls.device is not None else self.learn.model
+        with no_random(self.seed):                                       # new loaders draw seeds of their own
+            tr = feature_views(net, dls.train.new(shuffle=False, drop_last=False), self.views, self.bf16, self.seed)
+            va = feature_views(net, dls.valid, 1, self.bf16, self.seed)
+            return DataLoaders(*(TfmdDL(fv, bs=dl.bs, shuffle=dl.shuffle, drop_last=dl.drop_last, num_workers=0, device=dls.device)
+                                   for fv, dl in ((tr, dls.train), (va, dls.valid))), path=dls.path, device=dls.device)
 
 # %% ../nbs/03b_shared_backbone.ipynb #32e369b3
 def _logits(out) -> torch.Tensor:

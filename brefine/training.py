@@ -194,7 +194,7 @@ def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
 
 # %% ../nbs/03a_training.ipynb #5cacf965
 def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model', flag=lambda k: k):
-    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from and train_blocks; `flag` spells an option as the caller does."
+    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from, train_blocks and feature_views; `flag` spells an option as the caller does."
     if ck is not None:
         shared = ck.get('kind', 'net') == 'shared'
         if shared and not has_base: raise ValueError(f"{source} holds an embedder that reads a base model's features: pass {base}, the model it was trained on.")
@@ -202,15 +202,17 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
         return
     if not has_base and opts.get('train_blocks') is not None:
         raise ValueError(f"{flag('train_blocks')} counts the blocks of a base model that an embedder on its features copies: pass {base} too, or drop {flag('train_blocks')}.")
+    if not has_base and opts.get('feature_views') is not None:
+        raise ValueError(f"{flag('feature_views')} caches the features of a base model, which an embedder with its own backbone does not read: pass {base} too, or drop {flag('feature_views')}.")
     given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
     if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
 
 
 # %% ../nbs/03a_training.ipynb #05f0147d
-def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None) -> dict:
+def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None, feature_views=None) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
     from brefine.learner import embedder_from_state
-    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks))
+    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks, feature_views=feature_views))
     if ck is not None:
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
         embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
@@ -261,23 +263,25 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    bf16: bool = False,        # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
                    base = None,               # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
                    train_blocks: int = None,  # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
-                   fusion: str = None         # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
+                   fusion: str = None,        # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
+                   feature_views: int = None  # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`); on `resume`, the checkpoint's
                   ) -> Path:
     "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
     from brefine.data import dls_from_folders
     from brefine.learner import refine_learner
     ck = load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
-    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion)   # every option checked before the data are read
+    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion, feature_views)   # every option checked before the data are read
     stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
     if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
+    if ck: feature_views = ck['meta'].get('feature_views')
     set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
     dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers, stats=stats)
-    learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, **net)
+    learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, feature_views=feature_views, **net)
     mean, std = _norm_stats(dls.train)
-    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16)
+    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16, feature_views=feature_views)
     start = resume_learner(learn, ck) if ck else 0
     if ck: _say(f"resuming from epoch {start} of {epochs}")
     _fit_one_cycle(learn, epochs, lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(stop_after)] if stop_after else []))
