@@ -8,7 +8,9 @@
 3. Faster training: a `refine_learner` step with `ChannelsLastTraining` (channels_last=True, the default on the CPU) and
    with `BF16Training` added (bf16=True) against the float32 step in PyTorch's default layout (channels_last=False), for
    the benchmark's two embedders: the separate MobileNetV2 embedder and the head on a DeepLabV3 MobileNetV2 base model
-   (shared backbone), batches of 8 x 3 x 360 x 480 (CamVid's), 2 threads. The variants take turns on the same batches;
+   (shared backbone), batches of 8 x 3 x 360 x 480 (CamVid's), 2 threads; for the head, also the channels-last bfloat16
+   step on cached features (feature_views=1, `FeatureCache`: the base forward runs once per view before training, not in
+   the step), with the seconds per image that computing the cache takes. The variants take turns on the same batches;
    medians. bfloat16 is fast only on CPUs with native bfloat16 instructions; the printout says whether this one has them.
 
 `--record` also writes the printout to bench/results/learner.txt and records it in bench/results/manifest.json.
@@ -89,8 +91,9 @@ def bench_fast(bs=8, H=360, W=480, n=3, rounds=2, threads=2):
     dls, times, timers = _loaders(_batches(n, bs, H, W), bs)
     kinds = dict(separate=dict(backbone='mobilenet_v2', pretrained=False), shared=dict(base=DeepLabV3MobileNetV2(11, pretrained=False).eval()))
     variants = {'float32': dict(channels_last=False), 'channels-last': dict(channels_last=True), 'channels-last + bf16': dict(channels_last=True, bf16=True)}
+    cached = {'cached features': dict(channels_last=True, bf16=True, feature_views=1)}
     learners = {(k, v): refine_learner(dls, emb_dim=32, n_triplets=16384, aspp_dim=64, decoder_dim=48, cbs=timers(), **kw, **vk)
-                for k, kw in kinds.items() for v, vk in variants.items()}
+                for k, kw in kinds.items() for v, vk in (variants | cached if k == 'shared' else variants).items()}
     res = {key: [] for key in learners}
     for r in range(rounds + 1):                                          # round 0 warms up (allocations, optimiser state)
         for key, l in learners.items():
@@ -99,7 +102,14 @@ def bench_fast(bs=8, H=360, W=480, n=3, rounds=2, threads=2):
             if r: res[key] += times
     out = {}
     for (k, v), ts in res.items(): out.setdefault(k, {})[v] = statistics.median(ts)
-    return out
+    return out, _cache_seconds(learners[('shared', 'cached features')], dls, bs)
+
+def _cache_seconds(learn, dls, bs) -> float:
+    "Seconds per image of computing cached features (`feature_views`, one view, bfloat16) for the images of `dls`' training loader."
+    from brefine.shared_backbone import feature_views
+    dl = dls.train.new(shuffle=False, drop_last=False)
+    t = time.perf_counter(); feature_views(learn.model, dl, 1, bf16=True)
+    return (time.perf_counter() - t) / len(dl.dataset)
 
 def _native_bf16() -> bool:
     "Whether this CPU has native bfloat16 instructions (AVX512-BF16 or AMX), as far as /proc/cpuinfo tells."
@@ -167,12 +177,13 @@ def run(quick):
     print(f"  plain fwd+bwd (dummy loss)    {t['plain']*1e3:7.1f} ms   ratio {t['step']/t['plain']:.3f}  (target <= 1.15)")
     print(f"  plain fwd+bwd+Adam step       {t['plain_opt']*1e3:7.1f} ms   ratio {t['step']/t['plain_opt']:.3f}")
     print(f"  of which: TripletLoss fwd+bwd {t['loss']*1e3:7.1f} ms   ({t['loss']/t['plain']:.1%} of plain fwd+bwd)")
-    f = bench_fast(n=2 if quick else 3, rounds=1 if quick else 2)
+    f, cache_s = bench_fast(n=2 if quick else 3, rounds=1 if quick else 2)
     print(f"\n[faster training] refine_learner step, batch 8 x 3 x 360 x 480, 16384 triplets, 2 threads (medians); "
           f"native bfloat16 on this CPU: {'yes' if _native_bf16() else 'no'}")
     for k, t in f.items():
         base = t['float32']
         print(f"  {k:9s} " + '   '.join(f"{v} {s*1e3:6.0f} ms ({s / base:.2f}x)" for v, s in t.items()))
+    print(f"  computing the cached features: {cache_s*1e3:.0f} ms per image and view (the base forward up to the features, bfloat16, batches of 8)")
 
 if __name__ == '__main__':
     main()
