@@ -569,7 +569,7 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
                                     "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
                                     "or set dls.n_inp = 1 if your batches are (image, mask, band).")
     if feature_views is not None and base is None:
-        raise ValueError("feature_views applies with base=: it caches a base model's features, and an embedder with its own backbone trains it.")
+        raise ValueError("feature_views applies with base=: it caches a base model's features, but an embedder with its own backbone changes its features as it trains. Pass base=model, or drop feature_views.")
     if base is None:
         net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(EmbeddingNet).parameters if k in kwargs})
         net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
