@@ -58,7 +58,7 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
     torch.manual_seed(0)
     batches = _batches(n, bs, H, W)
     dls, times, timers = _loaders(batches, bs)
-    learn = refine_learner(dls, backbone=backbone, emb_dim=64, pretrained=False, channels_last=False, cbs=timers())
+    learn = refine_learner(dls, backbone=backbone, emb_dim=64, n_triplets=4096, pretrained=False, channels_last=False, cbs=timers())
     with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)   # warm-up (allocations, optimiser state)
     net = learn.model
     opt = torch.optim.Adam(net.parameters(), 1e-4)
