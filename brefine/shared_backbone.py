@@ -313,8 +313,9 @@ class FeatureCache(Callback):
             raise TypeError(f"FeatureCache trains an embedder on a base model's features, not a {type(self.learn.model).__name__}: "
                             "build the learner with refine_learner(dls, base=model).")
         if self.cached is None: self.cached = self._cache(self.learn.dls)
-        self._hand_over(self.learn.dls, self.cached)
-        self.images, self.learn.dls = self.learn.dls, self.cached
+        if self.learn.dls is not self.cached: self.images = self.learn.dls   # else a fit that raised left them in place
+        self._hand_over(self.images, self.cached)
+        self.learn.dls = self.cached
     def after_fit(self): self._hand_over(self.cached, self.images); self.learn.dls = self.images
 
     def _hand_over(self, src: DataLoaders, dst: DataLoaders):
