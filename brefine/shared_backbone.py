@@ -296,12 +296,16 @@ def feature_views(net: SharedEmbeddingNet,  # the embedder whose base model give
             items = []
             for x, mask, band in dl:
                 mdt = mask.dtype; items += _batch_items(net, x, mask, band, bf16)
-                need, free = _item_bytes(items[0]) * n * views, _available_memory()
-                if len(items) == len(x) and v == 0 and free is not None and need > max_memory * free:
-                    raise MemoryError(f"{views} cached view(s) of {n} images take about {need / 2**30:.1f} GiB, more than {max_memory:g} "
-                                      f"of the {free / 2**30:.1f} GiB available: use fewer views, smaller images, or no cached features.")
+                if v == 0 and len(items) == len(x): _check_memory(_item_bytes(items[0]) * n * views, views, n, max_memory)
             out.append(items)
     return FeatureViews(out, mdt)
+
+def _check_memory(need: int, views: int, n: int, max_memory: float):
+    "Refuse `views` cached views of `n` images taking `need` bytes, more than `max_memory` of the available memory (where it is known)."
+    free = _available_memory()
+    if free is not None and need > max_memory * free:
+        raise MemoryError(f"{views} cached view(s) of {n} images take about {need / 2**30:.1f} GiB, more than {max_memory:g} "
+                          f"of the {free / 2**30:.1f} GiB available: use fewer views, smaller images, or no cached features.")
 
 # %% ../nbs/03b_shared_backbone.ipynb #6be9df08
 class FeatureCache(Callback):

@@ -193,6 +193,9 @@ def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
         learn.fit_one_cycle(epochs, lr, start_epoch=start, cbs=cbs)
 
 # %% ../nbs/03a_training.ipynb #5cacf965
+_NEED_BASE = dict(train_blocks="counts the blocks of a base model that an embedder on its features copies",       # options that need a base model, and why
+                  feature_views="caches the features of a base model, which an embedder with its own backbone does not read")
+
 def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model', flag=lambda k: k):
     "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from, train_blocks and feature_views; `flag` spells an option as the caller does."
     if ck is not None:
@@ -200,10 +203,8 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
         if shared and not has_base: raise ValueError(f"{source} holds an embedder that reads a base model's features: pass {base}, the model it was trained on.")
         if has_base and not shared: raise ValueError(f"{source} holds an embedder with its own backbone, which reads no base model: drop {base}.")
         return
-    if not has_base and opts.get('train_blocks') is not None:
-        raise ValueError(f"{flag('train_blocks')} counts the blocks of a base model that an embedder on its features copies: pass {base} too, or drop {flag('train_blocks')}.")
-    if not has_base and opts.get('feature_views') is not None:
-        raise ValueError(f"{flag('feature_views')} caches the features of a base model, which an embedder with its own backbone does not read: pass {base} too, or drop {flag('feature_views')}.")
+    for k, what in _NEED_BASE.items():
+        if not has_base and opts.get(k) is not None: raise ValueError(f"{flag(k)} {what}: pass {base} too, or drop {flag(k)}.")
     given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
     if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
 
