@@ -29,9 +29,6 @@ One recipe for every data set (nothing is set by hand for one of them):
 `--post-budget F` restricts step 3 to the settings whose post-processing took at most F times the base forward, both
 timed on the validation images (`calibrate(..., max_seconds=)`): the best trade within a cost.
 
-`--native` runs brefine's band pass compiled (`brefine.native_band.use_native`, which needs a C++ compiler and ninja) in
-steps 3 and 4; on every test image the torch pass is also timed, after the compiled one, and must give the same labels.
-
 Writes `<out>/<dataset>_results.md` (table), `<out>/<dataset>.json` ({"base", "densecrf", "brefine"} each with miou,
 boundary_iou, boundary_f1, trimap_iou as fractions and seconds_per_image; "settings", "command", "git_commit", "date",
 "machine", "seconds"), `<out>/<dataset>_figure.png` and `<out>/<dataset>_calibration.json` (every setting calibration
@@ -139,8 +136,6 @@ def parse_args(argv=None):
     p.add_argument('--post-budget', type=float, default=None, metavar='FRACTION',
                    help="choose brefine's settings among those whose post-processing takes at most FRACTION of the base forward, "
                         "both timed on the validation images (calibrate's max_seconds; default: no limit)")
-    p.add_argument('--native', action='store_true',
-                   help="run the band pass compiled (use_native) in calibration and on test; the torch pass is timed beside it on test")
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
@@ -416,7 +411,6 @@ def run(args, argv, dest):
     from brefine.core import atomic_write, to_numpy
     from brefine.learner import embedding_size
     from dataclasses import asdict
-    if args.native: from brefine.native_band import use_native; use_native(True)   # compiled now: fail early, before training
     dls = {}
     def dls_fn():
         if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
@@ -446,7 +440,7 @@ def run(args, argv, dest):
     del vprobs
 
     tf = ds.files('test')
-    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine', 'unlimited')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post', 'post_unlimited', 'post_torch')}
+    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine', 'unlimited')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post', 'post_unlimited')}
     with stage(f'test: base / DenseCRF / brefine on {len(tf)} images'):
         with torch.inference_mode():                     # warm-up: first calls allocate
             im0, _ = ds.read(tf[0]); base_probs_of(base, im0); embedder(prepare_image(im0, protos.mean, protos.std)[0])
@@ -466,10 +460,6 @@ def run(args, argv, dest):
                 t1 = time.perf_counter(); out = post(ref.settings); t2 = time.perf_counter()
                 if unlimited is not None:                # a budgeted run also scores what val chose without the budget
                     preds['unlimited'].append(post(unlimited)); tm['post_unlimited'].append(time.perf_counter() - t2)
-                if args.native:                          # the torch pass, timed beside the compiled one: the same labels
-                    use_native(False); t3 = time.perf_counter(); same = (post(ref.settings) == out).all(); tm['post_torch'].append(time.perf_counter() - t3)
-                    use_native(True)
-                    if not same: raise AssertionError(f'the compiled band pass gives other labels than the torch pass on {f.name}')
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
             if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():
                 raise AssertionError(f'the split timing differs from refine_predict on {f.name}')
@@ -485,7 +475,7 @@ def run(args, argv, dest):
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
         base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
-        seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'], **({} if s['post_torch'] is None else dict(post_torch=s['post_torch'])),
+        seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),
         **({} if unlimited is None else dict(settings_no_budget=asdict(unlimited))),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
@@ -508,8 +498,7 @@ def run(args, argv, dest):
                      f"{100*r['trimap_iou']:.2f} | {r['seconds_per_image']:.3f} | {r['seconds_per_image']/s['crf']:.2f} | "
                      f"{r['seconds_per_image']/s['base']:.2f} |")
     lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image"
-              + ('' if unlimited is None else f" (without the budget: {s['post_unlimited']:.3f} s)")
-              + ('' if s['post_torch'] is None else f"; the band pass compiled (`--native`): the torch pass, timed beside it, took {s['post_torch']:.3f} s with the same labels") + ". Stage times: "
+              + ('' if unlimited is None else f" (without the budget: {s['post_unlimited']:.3f} s)") + ". Stage times: "
               + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '',
               f"What a post-processing budget would choose on val (the same calibration; base forward {1000 * vbase_s:.1f} ms per val image):", '',
               *budget_lines(cal['table'], vbase_s), '']

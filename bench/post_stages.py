@@ -15,10 +15,8 @@ how many pixels each vote pass re-votes and how many the first pass changes, and
 base model (DeepLabV3-style MobileNetV2, random weights) on a 360×480 image, timed in the same loop (2 threads).
 `--before REV` also times `relabel` of brefine as of git revision REV (its whole package, as `bench/speed.py --before`
 imports it) in the same loop, taking turns with the current one, and checks that both give the same labels.
-`--native` also times the compiled band pass (`brefine.native_band.use_native`, which needs a C++ compiler and ninja) in
-the same loop, after checking that it gives the same labels as the torch pass on every image.
 
-usage: .venv/bin/python bench/post_stages.py [--every 23] [--repeats 5] [--noise 0.7] [--before REV] [--native] [--record]
+usage: .venv/bin/python bench/post_stages.py [--every 23] [--repeats 5] [--noise 0.7] [--before REV] [--record]
 """
 import argparse, dataclasses, os, time
 from pathlib import Path
@@ -60,10 +58,6 @@ def run(a):
         protos_b = prototypes_for(old, protos)
         s_b = old.RefineSettings(**dataclasses.asdict(s))
         before = lambda e, p, lv: old.relabel(e, p, protos_b, s_b, levels=lv)
-    if a.native:                                               # the compiled pass, on for its own calls only
-        from brefine.native_band import use_native
-        def native(e, p, lv):
-            with use_native(): return inf.relabel(e, p, protos, s, levels=lv)
     def stages(e, p, lv):
         t0 = time.perf_counter(); ans = inf._base_answer(p)
         t1 = time.perf_counter(); c = inf._candidates(e, p, ans, protos, s, None, lv); chunks = list(c[2])
@@ -71,20 +65,16 @@ def run(a):
         t3 = time.perf_counter(); return t1 - t0, t2 - t1, t3 - t2
     base = base_model(n_classes=11, pretrained=False).eval()
     img = torch.zeros(1, 3, 360, 480)
-    ts = {k: [] for k in ('relabel', 'answer', 'choice', 'decision', 'base') + (('before',) if a.before else ()) + (('native',) if a.native else ())}
+    ts = {k: [] for k in ('relabel', 'answer', 'choice', 'decision', 'base') + (('before',) if a.before else ())}
     with torch.inference_mode():
         for e, p, lv in data[:2]: inf.relabel(e, p, protos, s, levels=lv); base(img)       # warm-up
         if a.before:
             for e, p, lv in data:
                 if not torch.equal(before(e, p, lv), inf.relabel(e, p, protos, s, levels=lv)): raise SystemExit(f'{a.before} gives other labels')
-        if a.native:
-            for e, p, lv in data:
-                if not torch.equal(native(e, p, lv), inf.relabel(e, p, protos, s, levels=lv)): raise SystemExit('the compiled pass gives other labels')
         for _ in range(a.repeats):
             for e, p, lv in data:
                 t = time.perf_counter(); inf.relabel(e, p, protos, s, levels=lv); ts['relabel'].append(time.perf_counter() - t)
                 if a.before: t = time.perf_counter(); before(e, p, lv); ts['before'].append(time.perf_counter() - t)
-                if a.native: t = time.perf_counter(); native(e, p, lv); ts['native'].append(time.perf_counter() - t)
                 for k, v in zip(('answer', 'choice', 'decision'), stages(e, p, lv)): ts[k].append(v)
             t = time.perf_counter(); base(img); ts['base'].append(time.perf_counter() - t)
         voted, vote = [], inf._grey_vote                       # the pixels each vote pass re-votes, and those it changes
@@ -104,7 +94,6 @@ def run(a):
     print(f"  base forward (DeepLabV3-style MobileNetV2, random weights, 360x480): {med['base']:.1f} ms")
     print(f"  relabel: {med['relabel']:.2f} ms = {med['relabel'] / med['base']:.3f}x the base forward")
     if a.before: print(f"  relabel of {a.before}: {med['before']:.2f} ms = {med['before'] / med['base']:.3f}x the base forward (the same labels on every image)")
-    if a.native: print(f"  relabel compiled (use_native): {med['native']:.2f} ms = {med['native'] / med['base']:.3f}x the base forward (the same labels on every image)")
     for k, what in (('answer', 'arg-max and probability check'), ('choice', 'band, top-N, distances'),
                     ('decision', 'nearest candidate, two grey-vote passes')):
         print(f"    {k:9s} {med[k]:6.2f} ms  {med[k] / med['base']:.3f}x  ({what})")
@@ -116,5 +105,4 @@ if __name__ == '__main__':
     ap.add_argument('--every', type=int, default=23); ap.add_argument('--repeats', type=int, default=5)
     ap.add_argument('--noise', type=float, default=0.7, help="σ of the noise added to each pixel's prototype (the embedding)")
     ap.add_argument('--before', help="a git revision whose relabel to time alongside (the same labels are checked)")
-    ap.add_argument('--native', action='store_true', help="also time the compiled band pass (the same labels are checked)")
     main_recorded(ap, 'post_stages', run)

@@ -35,9 +35,7 @@ refine_over_base, post_over_base, peak_mem_over_base} -- and records both in ben
 its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of
 brefine/inference.py alone, in the same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
-the embedder (forward hooks); `--native` also times the post-processing and the whole refinement with the compiled band
-pass (`brefine.native_band.use_native`; needs a C++ compiler and ninja), after checking that it gives the post-processing's
-labels (columns `native refine/base`, `native post/base`; rows' `native_refine_over_base`, `native_post_over_base`). Usage:
+the embedder (forward hooks). Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--device cuda] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
@@ -48,7 +46,6 @@ from record import main_recorded, record, RESULTS
 
 SIZES = [(360, 480), (1024, 2048)]
 FIELDS = ('size', 'path', 'base_s', 'refine_over_base', 'post_over_base', 'peak_mem_over_base')   # a row of speed.json
-NATIVE_FIELDS = ('native_refine_over_base', 'native_post_over_base')                                 # and with --native
 
 def _scene_probs(H, W, M=11):
     "Scene-like softmax probabilities (M,H,W): random classes on a 48-pixel grid, logits 4 for the class, smoothed over 9x9."
@@ -142,9 +139,6 @@ def stages(path: str, H, W, a) -> tuple:
     st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
     emb, embedding = st.pop('emb'), st.pop('embedding')
     st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
-    if a.native:
-        if not torch.equal(natively(st['post'])(), st['post']()): raise SystemExit('the compiled band pass gives other labels')
-        st['native_post'], st['native_refine'] = natively(st['post']), natively(st['refine'])
     if a.before:
         inf_b = _before(a.before)
         before = post_processing(inf_b, probs, x, prototypes_for(inf_b, protos), a)
@@ -152,13 +146,6 @@ def stages(path: str, H, W, a) -> tuple:
         if inf_b.__package__ != 'brefine':                           # a revision: its own embedder too, built as this path builds one
             st['before_refine'] = PATHS[path](H, W, a, before, pkg='brefine_before')['refine']
     return st, embedding
-
-def natively(f):
-    "`f` run with the compiled band pass (`use_native`) on, and off again after."
-    from brefine.native_band import use_native
-    def run_native():
-        with use_native(): return f()
-    return run_native
 
 def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike); on a GPU each time ends when the GPU has finished."
@@ -236,7 +223,6 @@ def main():
     ap.add_argument('--grey', type=float, default=10., help="the vote's grey-level weight (0: none)")
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
     ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
-    ap.add_argument('--native', action='store_true', help='also time the compiled band pass (the same labels are checked)')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
     ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     main_recorded(ap, 'speed', run, results=_results_name)
@@ -253,8 +239,7 @@ def run(a):
           f'aspp {a.aspp_dim}, decoder {a.decoder_dim}, fusion {a.fusion}; top_n {a.top_n}, radius {a.radius}, tau {a.tau}, alpha {a.alpha}, vote {a.vote}, grey {a.grey})')
     print(f"{'size':>10} {'path':>9} {'base s':>7} {'post s':>7} {'refine/base':>12} {'post/base':>10} {'floor/base':>11} "
           f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else '')
-          + (f" {'before refine/base':>19}" if a.before and not Path(a.before).is_file() else '')
-          + (f" {'native refine/base':>19} {'native post/base':>17}" if a.native else ''))
+          + (f" {'before refine/base':>19}" if a.before and not Path(a.before).is_file() else ''))
     rows = []
     for path in a.paths:
         for H, W in SIZES:
@@ -262,13 +247,11 @@ def run(a):
             tm, mem = timings(st, a.repeats), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
             row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
                        post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
-            if a.native: row.update(native_refine_over_base=round(tm['native_refine'] / tm['base'], 4), native_post_over_base=round(tm['native_post'] / tm['base'], 4))
             rows.append(row)
             print(f"{row['size']:>10} {path:>9} {tm['base']:7.3f} {tm['post']:7.4f} {row['refine_over_base']:12.3f} {row['post_over_base']:10.3f} "
                   f"{tm['floor'] / tm['base']:11.3f} {row['peak_mem_over_base']:16.2f} {mem['post'] / max(mem['base'], 1e-9):14.2f}"
                   + (f" {tm['before'] / tm['base']:17.3f}" if a.before else '')
                   + (f" {tm['before_refine'] / tm['base']:19.3f}" if 'before_refine' in tm else '')
-                  + (f" {row['native_refine_over_base']:19.3f} {row['native_post_over_base']:17.3f}" if a.native else '')
                   + f"   (peak MiB: base {mem['base']:.0f}, refine {mem['refine']:.0f}, post {mem['post']:.0f})", flush=True)
             if a.profile:
                 pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
@@ -280,7 +263,7 @@ def run(a):
                 for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')
     if a.record:
         path = RESULTS/f'{_results_name(a)}.json'; tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-        tmp.write_text(json.dumps([{k: r[k] for k in FIELDS + NATIVE_FIELDS if k in r} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
+        tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
         record(_results_name(a), path, sys.argv[1:], time.perf_counter() - t0, script='bench/speed.py')
 
 if __name__ == '__main__': main()

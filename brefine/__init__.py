@@ -10,7 +10,7 @@ __all__ = []
 import warnings
 with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
-    from brefine import core, band, data, learner, training, shared_backbone, prototypes, inference, native_band, metrics
+    from brefine import core, band, data, learner, training, shared_backbone, prototypes, inference, metrics
 from .core import *
 from .band import *
 from .data import *
@@ -19,6 +19,5 @@ from .training import *
 from .shared_backbone import *
 from .prototypes import *
 from .inference import *
-from .native_band import *
 from .metrics import *
-__all__ = [name for m in (core, band, data, learner, training, shared_backbone, prototypes, inference, native_band, metrics) for name in m.__all__]
+__all__ = [name for m in (core, band, data, learner, training, shared_backbone, prototypes, inference, metrics) for name in m.__all__]

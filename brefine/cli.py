@@ -13,7 +13,6 @@ from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.torch_core import rank_distrib
 from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device, _norm_stats
-from .native_band import use_native
 from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _same_stats
 
 # %% auto #0
@@ -390,8 +389,7 @@ def refine(images: str,               # folder of images (or one image file)
            bs: int = 4,               # images per batch (memory grows with it; images of different sizes are batched apart)
            workers: int = 0,          # DataLoader worker processes reading images and scores
            skip_existing: bool = False, # leave outputs that exist alone (continue an interrupted job)
-           force: bool = False,       # overwrite existing outputs (never the inputs)
-           native: bool = False):     # run the band pass compiled (`use_native`; needs a C++ compiler and ninja): the same labels, faster
+           force: bool = False):      # overwrite existing outputs (never the inputs)
     "Refine a base model's predictions for a folder of images through a DataLoader; write label PNGs."
     _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0), passes=(passes, 1))
     if vote and vote % 2 == 0: raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
@@ -416,7 +414,6 @@ def refine(images: str,               # folder of images (or one image file)
     learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
     if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
     model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
-    if native: use_native()                                             # compiled (once per machine) before any output is written
     _make_dir(out)
     items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
     dev = default_device()                                              # the base model runs there too, not only the embedder
@@ -521,8 +518,7 @@ def calibrate(images: str,               # folder of validation images (or one i
               void: int = None,          # label value of void pixels in the ground truth (CamVid: 11)
               objective: str = 'mean',   # what the settings maximise: mean (of boundary F and mIoU), boundary_f1 or miou (the other breaking ties)
               max_seconds: float = None, # the most post-processing time per image a chosen setting may take, timed here (default: any)
-              force: bool = False,       # replace the bundle at OUT (never an input)
-              native: bool = False):     # run the band pass compiled (`use_native`; needs a C++ compiler and ninja): the same table, faster
+              force: bool = False):      # replace the bundle at OUT (never an input)
     "Choose the refinement settings on validation images and ground truth; write a bundle for `refine --bundle`."
     from brefine.inference import OBJECTIVES
     _ints(void=(void, 0))
@@ -540,7 +536,6 @@ def calibrate(images: str,               # folder of validation images (or one i
     labels = [_checked_labels(g, im, n, void) for g, im in zip(gt_files, imgs)]
     dev = default_device()
     model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint).to(dev)
-    if native: use_native()
     res = ref.to(dev).calibrate(list(imgs), model if model is not None else list(probs), labels, ignore_index=void,
                                 objective=objective, max_seconds=max_seconds)
     ref.save(out)

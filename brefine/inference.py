@@ -242,14 +242,11 @@ def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
     grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)   # (2x+1)/W − 1, as sample_features
     return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border', align_corners=False).view(src.shape[1], -1)
 
-def _class_distances(emb, maps, vecs, sq, at, size) -> torch.Tensor:
-    "The squared distances (M,K) of the band pixels `at` = (b,y,x) to every prototype, short of `|e|²`: samples of the projected `maps`, or (`maps` None) from the C features."
-    if maps is not None: return _sample(maps, at, size)
-    return (sq - 2 * _sample(emb, at, size).t() @ vecs.T).t()
-
 def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
     "For band pixels `at` = (b,y,x) with candidates `cand` (N,K): the squared distances (N,K) to their prototypes, short of `|e|²` (inf for a class without one), and which candidates have one (N,K)."
-    d = _class_distances(emb, maps, vecs, sq, at, size).gather(0, cand)
+    if maps is not None: d = _sample(maps, at, size)                    # (M,K) from the projected maps
+    else: d = (sq - 2 * _sample(emb, at, size).t() @ vecs.T).t()        # from the C features
+    d = d.gather(0, cand)
     if not missing.any(): return d, torch.ones_like(d, dtype=torch.bool)    # every class has a prototype
     allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape)
     return d.masked_fill_(~allowed, float('inf')), allowed
@@ -484,19 +481,13 @@ def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None,
     return labels.long()
 
 def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
-    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings); compiled when `use_native` is on and `_native_ok`."
-    if _NATIVE is not None:
-        from brefine.native_band import _native_ok, _relabel_native
-        if _native_ok(emb, probs, s, levels): return _relabel_native(emb, probs, answer, prototypes, s, chunk, levels)
+    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
     return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey, s.passes)
 
 # %% ../nbs/05_inference.ipynb #8a544aee
-_NATIVE = None                                                          # the compiled band pass (`build_native`) while `use_native` has it on
-
 def _base_answer(probs: torch.Tensor) -> tuple:
     "What every setting reads of the base scores (B,M,H,W): (the arg-max as small ints, its score, whether they are probabilities)."
-    native = _NATIVE is not None and probs.device.type == 'cpu' and probs.dtype == torch.float32 and probs.shape[1] <= 256
-    base, top1 = _NATIVE.arg_max(probs.contiguous()) if native else _arg_max(probs)
+    base, top1 = _arg_max(probs)
     return base, top1, _looks_like_probs(probs)
 
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
@@ -603,16 +594,9 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
     for i, s in enumerate(tried):
         groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[s.passes if s.grey is not None else 1] = i
     sums, secs = [None] * len(tried), [0.] * len(tried)
-    def add(i, labels, g, t):
-        secs[i] += t; sums[i] = _add_stats(sums[i], _bf_miou_stats(to_numpy(labels[0]), g, n, tolerance, ignore_index))
     with torch.inference_mode():
         for (e, p, lv, t_lv), g in zip(cache, gts):
             a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
-            if _NATIVE is not None:                                          # the compiled pass: each setting run and timed on its own
-                for i, s in enumerate(tried):
-                    out, t = _timed(_relabel, e, p, a, prototypes, s.for_classes(n), None, lv)
-                    add(i, out, g, t_a + t + (t_lv if s.grey is not None else 0.))
-                continue
             for sub in groups.values():
                 s = tried[min(i for by_passes in sub.values() for i in by_passes.values())].for_classes(n)
                 (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, s, None, lv)
@@ -622,7 +606,9 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
                     if grey is not None: t += t_lv
                     for k in range(1, max(by_passes) + 1):                  # labels after pass k, each timed from the start
                         out, t_k = _timed(next, steps); t += t_k
-                        if k in by_passes: add(by_passes[k], out, g, t)
+                        if k not in by_passes: continue
+                        secs[by_passes[k]] += t
+                        sums[by_passes[k]] = _add_stats(sums[by_passes[k]], _bf_miou_stats(to_numpy(out[0]), g, n, tolerance, ignore_index))
     return sums, [t / max(len(cache), 1) for t in secs]
 
 # %% ../nbs/05_inference.ipynb #2024e5a9
