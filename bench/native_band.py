@@ -6,9 +6,9 @@ version does not beat it. This script writes the per-pixel steps as loops in C++
 `torch.utils.cpp_extension.load_inline` (needs a C++ compiler and ninja; PyTorch keeps the build in its extensions folder):
 
 - each band pixel's top-N of the base probabilities (an insertion into a list of N, the lower class first among equals);
-- its nearest candidate (the distances sampled from the prototypes' distance maps by torch's `grid_sample`, and the
-  base weight's log-probabilities computed by torch, so that the values compared are `relabel`'s own; one product and one
-  difference in float32, no fused multiply-add);
+- its nearest candidate (the candidates' distances from `relabel`'s own `_distances`, infinite for a class without a
+  prototype, and the base weight's log-probabilities computed by torch, so that the values compared are `relabel`'s;
+  one product and one difference in float32, no fused multiply-add);
 - the passes of the grey-weighted vote at the `_lattice` points, skipping the pixels whose points hold one label and,
   after the first pass, those near none of the pixels the pass before changed.
 
@@ -65,19 +65,16 @@ std::vector<torch::Tensor> top_n(torch::Tensor rows, torch::Tensor lin, int64_t 
 }
 """
 
-# %% ../nbs/05a_native_band.ipynb #613c12df
 _NEAREST = r"""
-void nearest(torch::Tensor out, torch::Tensor lin, torch::Tensor cand, torch::Tensor d, torch::Tensor logp, double alpha, torch::Tensor missing) {
-  const int64_t K = lin.size(0), n = cand.size(0);        // out: flat labels; d (M,K); logp (n,K), read only when alpha != 0
+void nearest(torch::Tensor out, torch::Tensor lin, torch::Tensor cand, torch::Tensor d, torch::Tensor logp, double alpha) {
+  const int64_t K = lin.size(0), n = cand.size(0);        // out: flat labels; d (n,K) as `_distances` gives them; logp (n,K), read only when alpha != 0
   uint8_t* O = out.data_ptr<uint8_t>(); const int64_t* Li = lin.data_ptr<int64_t>(); const uint8_t* C = cand.data_ptr<uint8_t>();
-  const float* D = d.data_ptr<float>(); const float* LP = alpha != 0 ? logp.data_ptr<float>() : nullptr;
-  const bool* miss = missing.data_ptr<bool>(); const float a = (float)alpha, inf = std::numeric_limits<float>::infinity();
+  const float* D = d.data_ptr<float>(); const float* LP = alpha != 0 ? logp.data_ptr<float>() : nullptr; const float a = (float)alpha;
   split(K, 16384, [&](int64_t k0, int64_t k1, int64_t) {
     for (int64_t k = k0; k < k1; k++) {
       int64_t j = 0; float best = 0;
       for (int64_t i = 0; i < n; i++) {
-        const int c = C[i * K + k];
-        float s = miss[c] ? inf : D[c * K + k];
+        float s = D[i * K + k];
         if (LP) { const float t = a * LP[i * K + k]; s = s - t; }
         if (i == 0) best = s; else if (s < best) { j = i; best = s; }
       }
@@ -87,7 +84,6 @@ void nearest(torch::Tensor out, torch::Tensor lin, torch::Tensor cand, torch::Te
 }
 """
 
-# %% ../nbs/05a_native_band.ipynb #b2e40373
 _VOTES = r"""
 template <int N> static void grey_pass(uint8_t* O, const uint8_t* now, const uint8_t* near, const int64_t* Li, int64_t K, const uint8_t* C,
                                        int64_t n_, const bool* miss, const uint8_t* G, const int32_t* w, const std::vector<int64_t>& offs,
@@ -151,12 +147,11 @@ void grey_vote(torch::Tensor out, torch::Tensor lin, torch::Tensor cand, torch::
 }
 """
 
-# %% ../nbs/05a_native_band.ipynb #13df436b
 
 _BINDINGS = """
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("top_n", &top_n); m.def("nearest", &nearest); m.def("grey_vote", &grey_vote); }
 """
-SOURCE = "#include <torch/extension.h>\n#include <ATen/Parallel.h>\n#include <limits>\n#include <thread>\n" + _SMALL_N + _TOP_N + _NEAREST + _VOTES + _BINDINGS
+SOURCE = "#include <torch/extension.h>\n#include <ATen/Parallel.h>\n#include <thread>\n" + _SMALL_N + _TOP_N + _NEAREST + _VOTES + _BINDINGS
 
 def build():
     "The loops, compiled (seconds it took)."
@@ -181,11 +176,10 @@ def native_relabel(ext, emb, probs, protos, s, levels, parts=None):
     vecs = protos.vectors.to(emb.dtype)
     missing, sq = (~protos.present).contiguous(), (vecs * vecs).sum(1)
     maps = inf._prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None
-    at = inf._pixels(lin, B, H, W)
-    d = (inf._sample(maps, at, (H, W)) if maps is not None else (sq - 2 * inf._sample(emb, at, (H, W)).t() @ vecs.T).t()).float().contiguous()
+    d = inf._distances(emb, maps, vecs, sq, missing, inf._pixels(lin, B, H, W), (H, W), cand.long())[0].float().contiguous()   # relabel's own
     lap('distances')
     out = base.clone()
-    ext.nearest(out, lin, cand, d, top_p.clamp_min(1e-12).log() if s.alpha else top_p, s.alpha, missing); lap('nearest')
+    ext.nearest(out, lin, cand, d, top_p.clamp_min(1e-12).log() if s.alpha else top_p, s.alpha); lap('nearest')
     ext.grey_vote(out, lin, cand, missing, levels.contiguous(), inf._grey_weights(float(s.grey)), list(inf._lattice(s.vote)), s.passes); lap('vote')
     return out.long()
 
