@@ -8,6 +8,7 @@ import math
 from collections import namedtuple
 import numpy as np
 import cv2
+from fastcore.basics import patch
 from .core import to_numpy, as_int, as_float
 from .band import _edges_t, _dilate_t, _band_t, _disk_of, _reach
 
@@ -241,6 +242,109 @@ def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3, ignore_index:
     "(`boundary_f1`, `mean_iou`) of the same maps, from one pass over them."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     return _bf_miou_of(_stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)), n_classes, ignore_index)
+
+# %% ../nbs/06_metrics.ipynb #93803249
+def _contour(lab: np.ndarray) -> np.ndarray:
+    "Bool map of the pixels of uint8 label map `lab` with an 8-neighbour of another label (pixels beyond the image: none)."
+    k = np.ones((3, 3), np.uint8)
+    return cv2.dilate(lab, k) != cv2.erode(lab, k)
+
+# %% ../nbs/06_metrics.ipynb #50d107f1
+class _TruthScorer:
+    "`_bf_miou_stats` of many predictions against one ground truth: the truth's contours once, each prediction counted where it differs from a reference (`rebase`)."
+    def __init__(self, gt, n_classes: int, tolerance: float = 3, ignore_index: int|None = None):
+        self.n, self.ignore = _classes(n_classes, ignore_index)
+        self.gt, self.tol = gt, _tolerance(tolerance)
+        if self.n > 64: return                                             # `stats` falls back to `_bf_miou_stats`
+        g = _prep(gt, gt, self.n, self.ignore, names=('gt', 'gt'))[1]
+        (h, w), self.void = g.shape, g < 0
+        disk = _disk_of(min(_tol_px(self.tol, h, w), _reach(h, w)))
+        self.R = R = disk.shape[0] // 2
+        self.reach = cv2.dilate(np.pad(disk, 1), np.ones((3, 3), np.uint8))   # how far a changed pixel moves matches
+        gb, self.ng = _contour((g + 1).astype(np.uint8)) & ~self.void, (self.n * g).ravel()
+        self.q = np.flatnonzero(gb); self.qc = g.ravel()[self.q]            # the truth's contour pixels, their classes
+        self.qc1, self.n_g = (self.qc + 1).astype(np.uint8), np.bincount(self.qc, minlength=self.n)
+        self.near = np.zeros((h, w), np.uint64)                            # bit c: a class-c truth contour within reach
+        for c in np.flatnonzero(self.n_g):
+            self.near |= (cv2.dilate((gb & (g == c)).view(np.uint8), disk) > 0).astype(np.uint64) << np.uint64(c)
+        self.near, (dy, dx) = self.near.ravel(), np.nonzero(disk)
+        q_pad = (self.q // w + R) * (w + 2*R) + self.q % w + R            # each truth contour pixel's disk, as flat
+        self.around = q_pad[:, None] + ((dy - R) * (w + 2*R) + dx - R)[None]   # indices into a map padded by R
+        self.rebase(np.full((h, w), -1, np.int32))
+
+# %% ../nbs/06_metrics.ipynb #c0f717ef
+@patch
+def _contours(self: _TruthScorer, p) -> tuple:
+    "(contour pixels of prepared map `p`, its labels + 1 on them and 0 elsewhere, padded by the tolerance and flat)."
+    lab, R = (p + 1).astype(np.uint8), self.R
+    pb = _contour(lab) & (p >= 0)
+    code = np.zeros((p.shape[0] + 2*R, p.shape[1] + 2*R), np.uint8)
+    np.multiply(lab, pb, out=code[R:R + p.shape[0], R:R + p.shape[1]])
+    return pb, code.ravel()
+
+@patch
+def _found(self: _TruthScorer, code, at) -> np.ndarray:
+    "Whether the truth contour pixels `at` have a predicted contour pixel of their class within the tolerance."
+    return (code.take(self.around[at]) == self.qc1[at, None]).any(1)
+
+@patch
+def _hits(self: _TruthScorer, p, pb, idx) -> tuple:
+    "(counts per class of the predicted contour pixels among flat pixels `idx`, of those near a truth contour of their class)."
+    on = pb.ravel()[idx]
+    c, near = p.ravel()[idx][on], self.near[idx][on]
+    hit = ((near >> c.astype(np.uint64)) & np.uint64(1)).astype(bool)
+    return np.bincount(c, minlength=self.n), np.bincount(c[hit], minlength=self.n)
+
+# %% ../nbs/06_metrics.ipynb #559878a3
+@patch
+def _counts(self: _TruthScorer, p, pb, code) -> dict:
+    "The exact counts of prepared map `p` (contours `pb`, `code`): the reference's, recounted where `p` differs from it."
+    (p0, pb0, found0, k0), n = self.ref, self.n
+    d = p != p0
+    di = np.flatnonzero(d)
+    old, ng = p0.ravel()[di], self.ng[di]
+    had = old >= 0                                                         # (the first reference has no class anywhere)
+    cm = np.bincount(ng + p.ravel()[di], minlength=n*n) - np.bincount(ng[had] + old[had], minlength=n*n)
+    s1 = np.flatnonzero(cv2.dilate(d.view(np.uint8), np.ones((3, 3), np.uint8)))
+    (a, b), (a0, b0) = self._hits(p, pb, s1), self._hits(p0, pb0, s1)
+    at = np.flatnonzero(cv2.dilate(d.view(np.uint8), self.reach).ravel()[self.q])
+    qa = self.qc[at]
+    hit_g = np.bincount(qa[self._found(code, at)], minlength=n) - np.bincount(qa[found0[at]], minlength=n)
+    return dict(cm=k0['cm'] + cm.reshape(n, n), n_p=k0['n_p'] + a - a0, hit_p=k0['hit_p'] + b - b0, hit_g=k0['hit_g'] + hit_g)
+
+@patch
+def _prepared(self: _TruthScorer, pred) -> np.ndarray:
+    p = np.asarray(to_numpy(pred)).astype(np.int32)                       # (`_bf_miou_stats` checks shape and labels)
+    p[self.void] = -1
+    return p
+
+@patch
+def rebase(self: _TruthScorer, pred):
+    "Count `pred` in full, and make it the reference that later predictions are counted against."
+    if self.n > 64: return self
+    p = self._prepared(pred)
+    pb, code = self._contours(p)
+    if (p < 0).all(): k = {k: np.zeros((self.n, self.n) if k == 'cm' else self.n, np.int64) for k in ('cm', 'n_p', 'hit_p', 'hit_g')}
+    else: k = self._counts(p, pb, code)
+    self.ref = (p, pb, self._found(code, slice(None)), k)
+    return self
+
+# %% ../nbs/06_metrics.ipynb #61813596
+@patch
+def stats(self: _TruthScorer, pred) -> dict:
+    "`_bf_miou_stats(pred, gt, ...)`: the confusion matrix and the boundary F sums of `pred`."
+    if self.n > 64: return _bf_miou_stats(pred, self.gt, self.n, self.tol, self.ignore)
+    p = self._prepared(pred)
+    k = self._counts(p, *self._contours(p))
+    cm, n_p, n_g, bf = k['cm'], k['n_p'], self.n_g, np.zeros((2, self.n))
+    has_p, has_g = cm.sum(0) > 0, cm.sum(1) > 0
+    for c in np.flatnonzero(has_p | has_g):
+        if n_p[c] == 0 or n_g[c] == 0: f = float(n_p[c] == n_g[c] and has_p[c] and has_g[c])
+        else:
+            prec, rec = int(k['hit_p'][c]) / int(n_p[c]), int(k['hit_g'][c]) / int(n_g[c])
+            f = 2*prec*rec / (prec + rec) if prec + rec > 0 else 0.
+        bf[0, c] += f; bf[1, c] += 1
+    return dict(cm=cm, bf=bf)
 
 # %% ../nbs/06_metrics.ipynb #8dbe930e
 def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray:
