@@ -589,7 +589,7 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, g
 # %% ../nbs/05_inference.ipynb #a58c1c28
 def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index) -> tuple:
     "For each setting in `tried`: the metrics' statistics summed over the images of `cache` (from `_calibration_inputs`) and `gts`, and its post-processing seconds per image (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision)."
-    from brefine.metrics import _bf_miou_stats, _add_stats
+    from brefine.metrics import _TruthScorer, _add_stats
     n, groups = prototypes.n_classes, {}     # (radius, gate, top-N) -> (alpha, vote, grey) -> {passes: index}: what each step shares
     for i, s in enumerate(tried):
         groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[s.passes if s.grey is not None else 1] = i
@@ -597,6 +597,7 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
     with torch.inference_mode():
         for (e, p, lv, t_lv), g in zip(cache, gts):
             a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
+            truth = _TruthScorer(g, n, tolerance, ignore_index).rebase(to_numpy(a[0][0]))   # each setting recounted where it differs from the base
             for sub in groups.values():
                 s = tried[min(i for by_passes in sub.values() for i in by_passes.values())].for_classes(n)
                 (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, s, None, lv)
@@ -608,7 +609,7 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
                         out, t_k = _timed(next, steps); t += t_k
                         if k not in by_passes: continue
                         secs[by_passes[k]] += t
-                        sums[by_passes[k]] = _add_stats(sums[by_passes[k]], _bf_miou_stats(to_numpy(out[0]), g, n, tolerance, ignore_index))
+                        sums[by_passes[k]] = _add_stats(sums[by_passes[k]], truth.stats(out[0]))
     return sums, [t / max(len(cache), 1) for t in secs]
 
 # %% ../nbs/05_inference.ipynb #2024e5a9

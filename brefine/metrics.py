@@ -314,7 +314,10 @@ def _counts(self: _TruthScorer, p, pb, code) -> dict:
 
 @patch
 def _prepared(self: _TruthScorer, pred) -> np.ndarray:
-    p = np.asarray(to_numpy(pred)).astype(np.int32)                       # (`_bf_miou_stats` checks shape and labels)
+    p = np.asarray(to_numpy(pred)).astype(np.int32)                       # labels: made by brefine, in range
+    if p.shape != self.void.shape:
+        raise ValueError(f"A prediction of shape {p.shape} cannot be scored against a ground truth of shape {self.void.shape}: "
+                         "each ground truth must have the size of its image (resize label maps with nearest-neighbour interpolation).")
     p[self.void] = -1
     return p
 
