@@ -4,11 +4,12 @@
 
 # %% ../nbs/03b_shared_backbone.ipynb #8a4a870b
 from __future__ import annotations
-import copy, math, random
+import copy, math, random, re, warnings
 from pathlib import Path
 from contextlib import contextmanager
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fastcore.basics import patch, store_attr
 from fastai.torch_core import params, no_random
 from fastai.callback.core import Callback
@@ -17,8 +18,9 @@ from .core import _model_of, _device_of, as_int
 from .learner import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout, _channels_last
 
 # %% auto #0
-__all__ = ['TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'feature_layers', 'SharedEmbeddingNet', 'BaseModelNeeded', 'shared_from_state',
-           'FeatureViews', 'feature_views', 'FeatureCache', 'reads_base', 'embed_with_base']
+__all__ = ['TRACE_SIZE', 'TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'feature_layers', 'feature_candidates', 'SharedEmbeddingNet',
+           'BaseModelNeeded', 'shared_from_state', 'FeatureViews', 'feature_views', 'FeatureCache', 'reads_base',
+           'embed_with_base']
 
 # %% ../nbs/03b_shared_backbone.ipynb #3f4cc172
 @contextmanager
@@ -33,14 +35,17 @@ class _Stop(Exception):
     "Raised by a hook once every feature is captured: the rest of the base model's forward is skipped."
 
 def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None, stop: bool = False) -> tuple:
-    "(model(x), or None when stopped early; {key: output of module outputs[key]} | {key: first input of module inputs[key]}), in eval mode without gradients."
+    "(model(x), or None when stopped early; {key: output of outputs[key], a module or (module, path) for an item of its output} | {key: first input of module inputs[key]}), in eval mode without gradients."
     got, inputs, hs = {}, inputs or {}, []
-    def hook(key, pre):
+    def hook(key, pre, path=()):
         def grab(m, args, out=None):
-            got[key] = args[0] if pre else out
+            got[key] = args[0] if pre else _pick(out, path)
             if stop and len(got) == len(outputs) + len(inputs): raise _Stop
         return grab
-    hs = [m.register_forward_hook(hook(k, False)) for k, m in outputs.items()] + [m.register_forward_pre_hook(hook(k, True)) for k, m in inputs.items()]
+    for k, v in outputs.items():
+        m, path = v if isinstance(v, tuple) else (v, ())
+        hs.append(m.register_forward_hook(hook(k, False, path)))
+    hs += [m.register_forward_pre_hook(hook(k, True)) for k, m in inputs.items()]
     res = None
     try:
         with torch.no_grad(), _eval_mode(model): res = model(x)
@@ -49,58 +54,255 @@ def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None, sto
         for h in hs: h.remove()
     return res, got
 
-# %% ../nbs/03b_shared_backbone.ipynb #62c6127a
+# %% ../nbs/03b_shared_backbone.ipynb #6853ed0c
+_KEY = re.compile(r"\[(\d+|'[^'\]]*')\]")
+
+def _split_name(name, arg: str = 'low') -> tuple:
+    "(module name, path of keys into its output) of a feature name: 'encoder.layer1', 'encoder[2]', \"enc['hidden_states'][0]\"."
+    m = re.fullmatch(r"([^\[\]']*)((?:\[(?:\d+|'[^'\]]*')\])*)", name) if isinstance(name, str) else None
+    if m is None: raise ValueError(f"{arg}= must be a layer name such as 'encoder.layer1', or an item of a layer's output such "
+                                   f"as 'encoder[2]' or \"encoder['hidden_states'][0]\", got {name!r}.")
+    return m[1], tuple(int(k) if k.isdigit() else k[1:-1] for k in _KEY.findall(m[2]))
+
+def _join_name(mod: str, path: tuple) -> str: return mod + ''.join(f'[{k!r}]' for k in path)
+
+def _pick(out, path: tuple):
+    "The item of a module's output `out` at `path` (keys and indices), or None where there is none."
+    for k in path:
+        try: out = out[k]
+        except (KeyError, IndexError, TypeError): return None
+    return out
+
+def _maps(out, path: tuple = (), depth: int = 2):
+    "(path, map) of each float feature map (B,C,h,w) in `out`: itself, or items of lists, tuples and dicts, `depth` levels down."
+    if isinstance(out, torch.Tensor):
+        if out.ndim == 4 and out.is_floating_point(): yield path, out
+    elif depth and isinstance(out, dict):
+        for k, v in out.items(): yield from _maps(v, path + (k,), depth - 1)
+    elif depth and isinstance(out, (list, tuple)):
+        for i, v in enumerate(out): yield from _maps(v, path + (i,), depth - 1)
+
+# %% ../nbs/03b_shared_backbone.ipynb #446a6883
+TRACE_SIZE = 128     # side of the zero image that finding the features runs the base model on
+
 def _dummy(model: nn.Module, size: int) -> torch.Tensor:
     "A zero image (1,3,size,size) on the device and in the floating dtype of `model`'s parameters."
     p = next((p for p in model.parameters() if p.is_floating_point()), None)
     return torch.zeros(1, 3, size, size) if p is None else torch.zeros(1, 3, size, size, device=p.device, dtype=p.dtype)
 
-def _trace(model: nn.Module, layers: dict, size: int = 64) -> dict:
-    "{name: (channels, stride)} of the feature maps output by `layers` (name -> module of `model`) in one forward of `model` on a dummy image."
-    _, got = _capture(model, _dummy(model, size), layers)
-    return {k: (o.shape[1], round(size / o.shape[-1])) for k, o in got.items() if isinstance(o, torch.Tensor) and o.ndim == 4}
+def _stride(t: torch.Tensor, size: int) -> int | None:
+    "The stride of the map `t` of a size x size image, where it is a whole number, the same on both axes; else None."
+    h, w = t.shape[-2:]
+    return size // h if 1 < h == w and size % h == 0 else None          # a 1x1 map is pooled, not a feature
 
-# %% ../nbs/03b_shared_backbone.ipynb #492571f6
-def _some_names(mods: dict, n: int = 6) -> str:
-    names = [k for k in mods if k and '.' not in k] or [k for k in mods if k]
-    return ', '.join(repr(k) for k in names[:n]) + (', ...' if len(names) > n else '')
+def _run_hooked(model: nn.Module, x) -> tuple:
+    "(model(x), {name: dict(module, n, start, end, inp, out)}): each module's number of calls, and its first call's clock and data."
+    names, calls, clock, hs = {id(m): n for n, m in model.named_modules()}, {}, [0], []
+    def pre(m, args, kwargs):
+        c = calls.setdefault(names[id(m)], dict(module=m, n=0)); c['n'] += 1
+        if c['n'] == 1: c.update(start=clock[0], inp=args[0] if args else next(iter(kwargs.values()), None)); clock[0] += 1
+    def post(m, args, out):
+        c = calls[names[id(m)]]
+        if 'end' not in c: c.update(end=clock[0], out=out); clock[0] += 1
+    for m in model.modules(): hs += [m.register_forward_pre_hook(pre, with_kwargs=True), m.register_forward_hook(post)]
+    try:
+        with torch.no_grad(), _eval_mode(model): out = model(x)
+    finally:
+        for h in hs: h.remove()
+    return out, calls
+
+# %% ../nbs/03b_shared_backbone.ipynb #3478d08d
+class _Trace:
+    "One forward of `model` on a zero image (1,3,size,size): its output `out`, each module's `calls`, and `feats`, every feature map a module output in its only call, with its channels `ch` and `stride`, in order."
+    def __init__(self, model: nn.Module, size: int = TRACE_SIZE):
+        self.model, self.size = type(model).__name__, size
+        try: self.out, self.calls = _run_hooked(model, _dummy(model, size))
+        except Exception as e:
+            raise ValueError(f"brefine runs the {self.model} once on a zero image (1,3,{size},{size}) to find its features, and that "
+                             f"raised {type(e).__name__}: {e}. Its forward must take a batch of images (B,3,H,W).") from e
+        self.feats = sorted((dict(name=_join_name(n, p), mod=n, path=p, module=c['module'], t=t, ch=t.shape[1],
+                                  stride=_stride(t, size), end=c['end'], inp=c['inp'])
+                             for n, c in self.calls.items() if c['n'] == 1 and 'end' in c
+                             for p, t in _maps(c['out']) if _stride(t, size)), key=lambda f: f['end'])
+
+    def born(self, t) -> int:
+        "When the feature map `t` was first output (the clock of `calls`)."
+        return min(f['end'] for f in self.feats if f['t'] is t)
+
+# %% ../nbs/03b_shared_backbone.ipynb #29bdde5f
+def _inside(name: str, root: str) -> bool: return name != root and (root == '' or name.startswith(root + '.'))
+def _depth(f: dict) -> int: return f['mod'].count('.') + bool(f['mod'])
+
+def _outermost(tr: _Trace, f: dict, root: str) -> dict:
+    "The feature map `f` of trace `tr` named after the outermost module inside `root` that computes it (not one that hands its input on), or `f`."
+    own = [g for g in tr.feats if g['t'] is f['t'] and not g['path'] and _inside(g['mod'], root) and g['inp'] is not g['t']]
+    return max(own, key=lambda g: g['end']) if own else f
+
+def _multiscale(tr: _Trace) -> tuple:
+    "(name, maps) of the first module whose output holds maps at stride 4 and deeper (an encoder's list, timm's features_only, hidden states), or ('', [])."
+    for n in dict.fromkeys(f['mod'] for f in tr.feats):
+        maps = [f for f in tr.feats if f['mod'] == n and f['path']]
+        if any(f['stride'] == 4 for f in maps) and any(f['stride'] > 4 for f in maps): return n, maps
+    return '', []
+
+def _candidates(model: nn.Module, tr: _Trace, root: str | None = None) -> tuple:
+    "(root, its feature maps, each once and named after the outermost module inside root that computes it): a multi-scale output's maps, else those of `.backbone` or `.encoder`, else all the model's (root=''), less its scores."
+    root_ms, maps = _multiscale(tr) if root is None else ('', [])
+    if maps: root = root_ms
+    else:
+        if root is None: root = next((k for k in ('backbone', 'encoder') if isinstance(getattr(model, k, None), nn.Module) and k in tr.calls), '')
+        scores = {id(t) for _, t in _maps([tr.out, getattr(tr.out, 'logits', None)])}
+        maps = [f for f in tr.feats if not f['path'] and _inside(f['mod'], root) and id(f['t']) not in scores]
+    seen = set()
+    return root, [_outermost(tr, f, root) for f in maps if not (id(f['t']) in seen or seen.add(id(f['t'])))]
+
+# %% ../nbs/03b_shared_backbone.ipynb #97c8f5cf
+def _ch(f: dict, stride: bool = False) -> str: return f"{f['name']} ({f['ch']} ch" + (f", /{f['stride']})" if stride else ")")
+
+def _candidates_text(cands: list, n: int = 3) -> str:
+    "`n` stride-4 maps and `n` of the deepest of `cands`, the outermost modules' first (then the latest), with channels and strides: what low= and high= take."
+    top, pick = max((f['stride'] for f in cands), default=0), lambda s: sorted([f for f in cands if f['stride'] == s][::-1], key=_depth)[:n]
+    return (f"stride 4: {', '.join(_ch(f) for f in pick(4)) or 'none'}; "
+            f"deepest: {', '.join(_ch(f, True) for f in pick(top) if top > 4) or 'none deeper than stride 4'}")
+
+def _auto_layers(model: nn.Module, tr: _Trace) -> tuple:
+    "(low, high) found in trace `tr`: a stride-4 map (computed before any deeper one), and the deepest map (of an encoder's maps the last; else the outermost, then the latest)."
+    root, cands = _candidates(model, tr)
+    deep, ms = [f for f in cands if f['stride'] > 4], bool(_multiscale(tr)[1])
+    first = min((tr.born(f['t']) for f in deep), default=-1)                 # an encoder's maps: all together
+    at4 = [f for f in cands if f['stride'] == 4 and (ms or tr.born(f['t']) < first)]
+    if not at4 or not deep:
+        raise ValueError(f"brefine found no {'stride-4 feature' if not at4 else 'feature deeper than stride 4'} to read in "
+                         f"{f'the {root!r} of ' if root else ''}the {tr.model}. Its feature maps in one forward of a "
+                         f"{tr.size}x{tr.size} image: {_candidates_text(_candidates(model, tr, '')[1])}. Pass low= (a layer at "
+                         "stride 4) and high= (a deep layer) by name; feature_candidates(model) lists them all.")
+    top = [f for f in deep if f['stride'] == max(g['stride'] for g in deep)]
+    if ms: return at4[-1], top[-1]                                              # an encoder's maps, in its order
+    pick = lambda fs: min(reversed(fs), key=_depth)                           # the outermost, then the latest
+    return pick(at4), pick(top)
+
+# %% ../nbs/03b_shared_backbone.ipynb #a9f88d5d
+def _what(x) -> str:
+    "What `x`, an output or an item of one, is, in words."
+    if x is None: return "missing"
+    if isinstance(x, torch.Tensor): return f"a tensor of shape {tuple(x.shape)}"
+    if isinstance(x, dict): return f"a {type(x).__name__} with keys {list(x)[:6]}"
+    return f"a {type(x).__name__} of {len(x)} items" if isinstance(x, (list, tuple)) else f"a {type(x).__name__}"
+
+def _given_layer(model: nn.Module, tr: _Trace, name, arg: str) -> dict:
+    "The feature map that `name` (of low= or high=, `arg`) names in trace `tr`: a module that runs once, and a map (B,C,h,w) in its output."
+    mod, path = _split_name(name, arg)
+    hint = f"feature_candidates(model) lists the names; here {_candidates_text(_candidates(model, tr)[1])}"
+    try: m = model.get_submodule(mod)
+    except AttributeError: raise ValueError(f"{tr.model} has no layer {mod!r} ({arg}={name!r}): pass a name from "
+                                            f"base.named_modules(); {hint}.") from None
+    c = next((c for c in tr.calls.values() if c['module'] is m), {})          # by identity: an alias names the same module
+    if 'end' not in c: raise ValueError(f"Layer {mod!r} ({arg}=) did not run in the {tr.model}'s forward: name one that does; {hint}.")
+    if c['n'] > 1: raise ValueError(f"Layer {mod!r} ({arg}=) runs {c['n']} times in one forward of the {tr.model}, so its output "
+                                    f"is not one feature map: name a layer that runs once; {hint}.")
+    t = _pick(c['out'], path)
+    if not (isinstance(t, torch.Tensor) and t.ndim == 4 and t.is_floating_point() and _stride(t, tr.size)):
+        inner = [_join_name(mod, p) for p, _ in _maps(c['out']) if p]
+        raise ValueError(f"{arg}={name!r} is {_what(t)}, not a feature map (B,C,h,w) of the image: " +
+                         (f"name an item of that layer's output, such as {', '.join(inner[:4])}" if inner else hint) + ".")
+    return dict(name=name, mod=mod, path=path, module=m, t=t, ch=t.shape[1], stride=_stride(t, tr.size), end=c['end'], inp=c['inp'])
+
+# %% ../nbs/03b_shared_backbone.ipynb #47e5ad13
+def _check_pair(low: dict, high: dict, cands: list):
+    "Refuse a deep feature `high` no deeper than `low`; warn of a `low` not at stride 4."
+    if low['stride'] >= high['stride']:
+        raise ValueError(f"low={low['name']!r} is at stride {low['stride']} and high={high['name']!r} at stride {high['stride']}: "
+                         + ("they look swapped. " if low['stride'] > high['stride'] else "high must be deeper than low. ")
+                         + f"Pass low= a layer at stride 4 and high= a deeper one; here {_candidates_text(cands)}.")
+    if low['stride'] != 4:
+        warnings.warn(f"low={low['name']!r} is at stride {low['stride']}, not 4: the embedder resizes it to stride 4. Layers at "
+                      f"{_candidates_text(cands).split(';')[0]}.", stacklevel=4)
+
+def _layers(model: nn.Module, tr: _Trace, low=None, high=None) -> tuple:
+    "(low, high): the feature maps of trace `tr` named by `low` and `high`, or found where not named; checked."
+    auto = _auto_layers(model, tr) if low is None or high is None else (None, None)
+    lo = auto[0] if low is None else _given_layer(model, tr, low, 'low')
+    hi = auto[1] if high is None else _given_layer(model, tr, high, 'high')
+    _check_pair(lo, hi, _candidates(model, tr)[1])
+    return lo, hi
 
 def feature_layers(base: nn.Module, low: str | None = None, high: str | None = None) -> tuple:
-    "(low, high): names in `base.named_modules()` of the stride-4 layer and of the deep layer whose outputs the embedder reads."
-    mods = dict(base.named_modules())
-    for arg, name in (('low', low), ('high', high)):
-        if name is not None and name not in mods:
-            raise ValueError(f"{type(base).__name__} has no layer {name!r} ({arg}=): pass a name from base.named_modules(), such as {_some_names(mods)}.")
-    if low is not None and high is not None: return low, high
-    bb = getattr(base, 'backbone', None)
-    kids = {f'backbone.{n}': m for n, m in bb.named_children()} if isinstance(bb, nn.Module) else {}
-    found = _trace(bb, kids) if kids else {}
-    if not found:
-        raise ValueError(f"brefine finds the layers of models with a `.backbone` whose blocks it can trace, and a {type(base).__name__} has none: "
-                         f"pass low= (a layer at stride 4) and high= (the deep layer) by name, from base.named_modules(), such as {_some_names(mods)}.")
-    at4 = [k for k, (_, s) in found.items() if s == 4]
-    if low is None and not at4:
-        raise ValueError(f"none of base.backbone's blocks outputs a stride-4 feature (strides: { {k: s for k, (_, s) in found.items()} }): pass low= by name.")
-    return low or at4[-1], high or list(found)[-1]
+    "(low, high): names of the stride-4 feature and of the deep feature of `base` that the embedder reads; found by one traced forward where not given."
+    return tuple(f['name'] for f in _layers(base, _Trace(base), low, high))
 
-# %% ../nbs/03b_shared_backbone.ipynb #c7c12e90
-TRAIN_BLOCKS = 2     # blocks that train with the head by default, where the base's backbone has them
+def feature_candidates(model: nn.Module, size: int = TRACE_SIZE) -> list:
+    "(name, channels, stride) of each feature map that `model` computes in one forward of a size x size image, in order: the names low= and high= take."
+    return [(f['name'], f['ch'], f['stride']) for f in _candidates(model, _Trace(model, size), '')[1]]
 
-def _trained_blocks(base: nn.Module, low: str, high: str, k: int|None) -> tuple:
-    "(copies of the `k` blocks of `base.backbone` that end with layer `high`, name of the first), or (None, None) for k=0; k=None: up to `TRAIN_BLOCKS`, as many as there are."
+# %% ../nbs/03b_shared_backbone.ipynb #3829e9bf
+def _logits(out, size=None) -> torch.Tensor:
+    "The scores (B,M,H,W) in a base model's output `out`: a tensor, a dict's 'out', an object's `.logits` (resized to `size`, the images' (H,W)), or a tuple's first item."
+    got = out
+    if isinstance(out, dict) and 'out' in out: out = out['out']
+    elif isinstance(getattr(out, 'logits', None), torch.Tensor):
+        out = out.logits
+        if size is not None and out.ndim == 4 and tuple(out.shape[-2:]) != tuple(size):
+            out = F.interpolate(out, tuple(size), mode='bilinear', align_corners=False)
+    elif isinstance(out, tuple) and out: out = out[0]
+    if not (isinstance(out, torch.Tensor) and out.ndim == 4 and out.is_floating_point()):
+        raise TypeError(f"The base model returned {_what(got)}" + (f" holding {_what(out)}" if out is not got else "") +
+                        ": expected its per-class scores, a float tensor (B,M,H,W), a dict with them under 'out' (as torchvision's "
+                        "models), a tuple whose first item they are, or an object with them as .logits (as transformers' models). "
+                        "Wrap the model in a module whose forward returns the scores.")
+    return out
+
+def _base_of(base):
+    "Your model in `base`: a fastai Learner's `.model`, a DistributedDataParallel's `.module`, else `base` itself (never a module's own `.model`)."
+    from fastai.learner import Learner
+    m = base.model if isinstance(base, Learner) else base
+    return m.module if isinstance(m, nn.parallel.DistributedDataParallel) else m
+
+# %% ../nbs/03b_shared_backbone.ipynb #e3ea2e5b
+TRAIN_BLOCKS = 2     # blocks that train with the head by default, where the base model has them
+
+def _block_runs(base: nn.Module, tr: _Trace, low: dict, high: dict) -> list:
+    "For each module that computes the deep map `high`, outermost first: the longest run of its parent's children that ends with it, each fed the output of the one before, all run once after `low` was computed."
+    t0, runs, byid = tr.born(low['t']), [], {id(c['module']): c for c in tr.calls.values()}
+    for f in sorted((g for g in tr.feats if g['t'] is high['t'] and not g['path'] and g['mod'] and g['inp'] is not g['t']),
+                    key=lambda g: -g['end']):
+        kids = list(base.get_submodule(f['mod'].rpartition('.')[0]).children())
+        i = j = next(j for j, k in enumerate(kids) if k is f['module'])          # by identity
+        while j >= 0:
+            c = byid.get(id(kids[j]), {})
+            if c.get('n') != 1 or 'end' not in c or c['start'] < t0: break
+            if j < i and byid[id(kids[j + 1])]['inp'] is not c['out']: break
+            j -= 1
+        if j < i: runs.append(kids[j + 1:i + 1])
+    return runs
+
+def _gives(blocks: nn.Module, x, t) -> bool:
+    "Whether `blocks` (in eval mode) turn `x` into the map `t`, as the base model's own blocks did (always, on the meta device)."
+    if not isinstance(x, torch.Tensor): return False
+    if t.device.type == 'meta': return True
+    with torch.no_grad(), _eval_mode(blocks): y = blocks(x)
+    return y.shape == t.shape and torch.allclose(y, t, rtol=1e-3, atol=1e-5)
+
+# %% ../nbs/03b_shared_backbone.ipynb #1d46e4ef
+def _trained_blocks(base: nn.Module, tr: _Trace, low: dict, high: dict, k: int | None) -> tuple:
+    "(copies of the `k` blocks of `base` that compute the deep map `high`, the first original block), or (None, None) for k=0; k=None: up to `TRAIN_BLOCKS` of the outermost run, as many as there are (none: a warning)."
     if k == 0: return None, None
-    bb = getattr(base, 'backbone', None)
-    names = [f'backbone.{n}' for n, _ in bb.named_children()] if isinstance(bb, nn.Module) else []
-    if high not in names:
-        if k is None: return None, None
-        raise ValueError(f"train_blocks needs the deep layer to be a block of base.backbone ({names[-3:] or 'the model has no .backbone'}), not {high!r}.")
-    end = names.index(high) + 1
-    at = [i for i, n in enumerate(names) if low == n or low.startswith(n + '.')]
-    free = end - 1 - at[0] if at else end
-    if k is None: k = min(TRAIN_BLOCKS, free)
-    if k == 0: return None, None
-    if k > free: raise ValueError(f"train_blocks={k}, but base.backbone has {free} blocks after the low layer {low!r} up to {high!r}: train at most {free}.")
-    return nn.Sequential(*[copy.deepcopy(m) for m in list(bb.children())[end - k:end]]), names[end - k]
+    runs = _block_runs(base, tr, low, high)
+    run = next((r for r in runs if len(r) >= k), max(runs, key=len, default=[])) if k else (runs or [[]])[0]   # None: the outermost
+    n = min(k or TRAIN_BLOCKS, len(run))
+    blocks = nn.Sequential(*[copy.deepcopy(m) for m in run[-n:]]) if n else None
+    if blocks is not None and _gives(blocks, tr.calls[_name_of(base, run[-n])]['inp'], high['t']) and (k is None or n == k):
+        return blocks, run[-n]
+    why = (f"the deep feature {high['name']!r} is not computed by blocks in a row (in a sequential container such as "
+           f"encoder.layer4 or backbone.blocks.6) after the low feature {low['name']!r}")
+    if k is None:
+        warnings.warn(f"The embedder on the {tr.model} trains its head alone (train_blocks=0, as its config records): {why}. "
+                      "Pass train_blocks=0 to choose that, or high= a block of such a container.", stacklevel=3)
+        return None, None
+    if n and len(run) < k: raise ValueError(f"train_blocks={k}, but the {tr.model} has {len(run)} blocks in a row after the low "
+                                            f"feature {low['name']!r} up to {high['name']!r}: train at most {len(run)}.")
+    raise ValueError(f"train_blocks={k} copies blocks of the base model, but {why}: pass train_blocks=0, or high= such a block.")
+
+def _name_of(model: nn.Module, m: nn.Module) -> str: return next(n for n, x in model.named_modules() if x is m)
 
 # %% ../nbs/03b_shared_backbone.ipynb #21f1f0ce
 class SharedEmbeddingNet(nn.Module):
@@ -109,8 +311,8 @@ class SharedEmbeddingNet(nn.Module):
     def __init__(self, base: nn.Module,                     # your segmentation model: read, never trained, not saved with the embedder
                  emb_dim: int = 32, aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48,  # head sizes, see `EmbeddingNet`
                  normalize: bool = True, dropout: float = 0.1,    # unit-norm embeddings; dropout after the ASPP projection
-                 low: str | None = None, high: str | None = None, # layer names (see `feature_layers`); automatic with a `.backbone`
-                 train_blocks: int|None = None,                   # also train copies of the backbone's last blocks (0: the head only; None: `TRAIN_BLOCKS` where there are)
+                 low: str | None = None, high: str | None = None, # feature names (see `feature_layers`); None: found automatically
+                 train_blocks: int|None = None,                   # also train copies of the blocks that compute `high` (0: the head only; None: `TRAIN_BLOCKS` where there are)
                  fusion: str = 'concat'):                         # how the head fuses the features, see `EmbeddingHead`
         super().__init__()
         if not isinstance(base, nn.Module): raise TypeError(f"base must be your segmentation model (an nn.Module), got {type(base).__name__}.")
@@ -118,14 +320,14 @@ class SharedEmbeddingNet(nn.Module):
         if train_blocks is not None and (not isinstance(train_blocks, int) or train_blocks < 0):
             raise ValueError(f"train_blocks must be an int >= 0 (or None for the default), got {train_blocks!r}.")
         self._base = (base,)                                     # a tuple: nn.Module does not register the base model
-        self.low, self.high = feature_layers(base, low, high)
-        mods = dict(base.named_modules())
-        found = _trace(base, {k: mods[k] for k in (self.low, self.high)})
-        for k in (self.low, self.high):
-            if k not in found: raise ValueError(f"layer {k!r} of the {type(base).__name__} gave no feature map (B,C,h,w) in its forward: name another one.")
-        (low_ch, _), (high_ch, high_stride) = found[self.low], found[self.high]
-        self.blocks, entry = _trained_blocks(base, self.low, self.high, train_blocks)
-        self._hooked = dict(low=mods[self.low], **({'high': mods[self.high]} if entry is None else {'entry': mods[entry]}))   # a dict: not registered either
+        tr = _Trace(base)                                        # one forward: the scores, the features, the blocks
+        _logits(tr.out, (tr.size, tr.size))                      # scores that brefine can read, or a clear error now
+        lo, hi = _layers(base, tr, low, high)
+        self.low, self.high, (low_ch, high_ch, high_stride) = lo['name'], hi['name'], (lo['ch'], hi['ch'], hi['stride'])
+        self.blocks, entry = _trained_blocks(base, tr, lo, hi, train_blocks)
+        self._hooked = dict(low=(lo['module'], lo['path']),      # a dict: not registered either
+                            **({'high': (hi['module'], hi['path'])} if entry is None else {'entry': entry}))
+        del tr
         self.head = EmbeddingHead(low_ch, high_ch, emb_dim, [max(1, r * 16 // high_stride) for r in (6, 12, 18)], normalize,
                                   aspp_dim, low_level_dim, decoder_dim, dropout, fusion).to(_device_of(base))   # where the base is (a GPU, say)
         self.emb_dim, self.normalize, self._shapes = emb_dim, normalize, (low_ch, high_ch, high_stride)
@@ -144,9 +346,11 @@ def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> 
     if b != h: raise RuntimeError(f"The base model is on {b} but the embedder's head on {h}: move them together with "
                                   f"embedder.to(device), which moves the base model too.")
     inputs = {k: m for k, m in self._hooked.items() if k == 'entry'}
-    out, got = _capture(self.base, x, {k: m for k, m in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
+    out, got = _capture(self.base, x, {k: v for k, v in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
     missing = [k for k in self._hooked if k not in got]
     if missing: raise RuntimeError(f"the forward of the base model did not run its layer(s) {missing} on this input.")
+    bad = [k for k in ('low', 'high') if k in got and not isinstance(got[k], torch.Tensor)]
+    if bad: raise RuntimeError(f"the base model's layer {getattr(self, bad[0])!r} gave {_what(got[bad[0]])} on this input, not a feature map.")
     return out, got['low'], got['high'] if self.blocks is None else got['entry']
 
 @patch
@@ -193,7 +397,7 @@ def param_groups(self: SharedEmbeddingNet) -> list:
 @patch
 def weights_signature(self: SharedEmbeddingNet, k: int = 4) -> tuple:
     "For each float tensor of the base's module that holds the deep layer (e.g. `backbone`): its dot products with `k` fixed random vectors, and its norm. Equal weights give equal numbers in any float type and on any device."
-    prefix, g, sig, norms = self.high.rpartition('.')[0], torch.Generator().manual_seed(0), [], []
+    prefix, g, sig, norms = _split_name(self.high)[0].rpartition('.')[0], torch.Generator().manual_seed(0), [], []
     for name, v in self.base.state_dict().items():
         if v.is_floating_point() and (not prefix or name.startswith(prefix + '.')):
             w = v.detach().reshape(-1).cpu().double()
@@ -218,9 +422,12 @@ class BaseModelNeeded(ValueError):
 SAME_WEIGHTS_TOL = 0.02   # the largest change of a base tensor, relative to its norm, still taken as the same weights (a cast, not retraining)
 
 def _weights_change(saved: list, sig: list, norms: list) -> float:
-    "The largest relative change of a tensor between two `weights_signature`s (`saved`, and `sig` with its `norms`): |δ| ≈ |Δ projections|/√k; inf when the tensors differ in number."
+    "The largest relative change of a tensor between two `weights_signature`s (`saved`, and `sig` with its `norms`): |δ| ≈ |Δ projections|/√k, over the larger of the two tensors' norms (the saved one's ≈ |its projections|/√k), which is zero only where both tensors are; inf when they differ in number."
     if len(saved) != len(sig) or any(len(a) != len(b) for a, b in zip(saved, sig)): return math.inf
-    return max((math.dist(a, b) / math.sqrt(len(a)) / max(n, 1e-12) for a, b, n in zip(saved, sig, norms)), default=0.)
+    def change(a, b, n):
+        d, scale = math.dist(a, b) / math.sqrt(len(a)), max(n, math.hypot(*a) / math.sqrt(len(a)))
+        return d / scale if scale > 0 else 0.                               # both zero: the same tensor
+    return max((change(a, b, n) for a, b, n in zip(saved, sig, norms)), default=0.)
 
 def _check_same_weights(saved: list, net, source):
     "Refuse, naming `source`, a base model whose weights are not those the embedder was trained on (`saved`: their `weights_signature`)."
@@ -236,7 +443,7 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     want = d.get('base') if isinstance(d.get('base'), dict) else {}
     what = f"a {want.get('model', 'base model')}'s layers {want.get('low')!r} and {want.get('high')!r}"
     if base is None: raise BaseModelNeeded(source, what)
-    base = _model_of(base)
+    base = _base_of(base)
     try: net = SharedEmbeddingNet(base, **d['config'])
     except Exception as e: raise ValueError(f"{source} needs {what}, which this {type(base).__name__} does not give ({type(e).__name__}: {e})") from None
     got = net.base_layers(weights=False)
@@ -335,21 +542,15 @@ class FeatureCache(Callback):
             return DataLoaders(*(TfmdDL(fv, bs=dl.bs, shuffle=dl.shuffle, drop_last=dl.drop_last, num_workers=0, device=dls.device)
                                    for fv, dl in ((tr, dls.train), (va, dls.valid))), path=dls.path, device=dls.device)
 
-# %% ../nbs/03b_shared_backbone.ipynb #32e369b3
-def _logits(out) -> torch.Tensor:
-    "The scores tensor in a base model's output: the tensor itself, or a dict's 'out'."
-    if isinstance(out, dict) and 'out' in out: out = out['out']
-    if not isinstance(out, torch.Tensor): raise TypeError(f"the base model returned a {type(out).__name__}: expected a tensor (B,M,H,W) or a dict with 'out'.")
-    return out
-
+# %% ../nbs/03b_shared_backbone.ipynb #b3a42020
 def reads_base(embedder, base) -> bool:
     "Whether `embedder` (a module or a Learner) is a `SharedEmbeddingNet` that reads the features of the model `base` (a module or a Learner)."
-    net, base = _model_of(embedder), _model_of(base)
+    net, base = _model_of(embedder), _base_of(base)
     return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
 
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
     "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`, each model reading them on its own device: one base forward when `reads_base(embedder, base)`."
     net = _model_of(embedder)
     if reads_base(net, base): out, emb = net.forward_with_base(x.to(_device_of(net)))
-    else: b = _model_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
-    return _logits(out), emb
+    else: b = _base_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
+    return _logits(out, x.shape[-2:]), emb
