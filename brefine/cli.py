@@ -73,6 +73,8 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           train_blocks: int = None,   # with --learner: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
           fusion: str = None,         # how the head fuses its two features: concat (DeepLabV3+'s decoder, the default) or sum (lighter and faster)
           feature_views: int = None,  # with --learner: train on the model's features of this many augmented passes over the training images, computed once: faster epochs, more memory (CamVid, 8 views: about 4 GB)
+          low: str = None,            # with --learner: the model's stride-4 layer, named as in model.named_modules() (e.g. encoder.layer1, or encoder[2] for an item of a layer's output); default: found automatically; brefine.feature_candidates(model) lists the names with channels and strides
+          high: str = None,           # with --learner: the model's deep layer, named as --low (e.g. encoder.layer4); default: found automatically
           force: bool = False):       # overwrite OUT when not resuming
     "Train the embedder (with --learner, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
@@ -87,12 +89,13 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
     else: ck = None; _check_out(out, force, [init_from, learner])
-    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks, feature_views=feature_views),
+    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks,
+                                                           feature_views=feature_views, low=low, high=high),
                         '--learner FILE', lambda k: '--' + k)
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
                    epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
-                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views)
+                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views, low=low, high=high)
     if rank_distrib() == 0:
         ck = load_checkpoint(out)
         if ck['epoch'] < ck['n_epochs']:

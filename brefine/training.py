@@ -194,10 +194,11 @@ def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
 
 # %% ../nbs/03a_training.ipynb #5cacf965
 _NEED_BASE = dict(train_blocks="counts the blocks of a base model that an embedder on its features copies",       # options that need a base model, and why
-                  feature_views="caches the features of a base model, which an embedder with its own backbone does not read")
+                  feature_views="caches the features of a base model, which an embedder with its own backbone does not read",
+                  low="names a layer of a base model, whose features an embedder reads", high="names a layer of a base model, whose features an embedder reads")
 
 def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model', flag=lambda k: k):
-    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from, train_blocks and feature_views; `flag` spells an option as the caller does."
+    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from, train_blocks, feature_views, low and high; `flag` spells an option as the caller does."
     if ck is not None:
         shared = ck.get('kind', 'net') == 'shared'
         if shared and not has_base: raise ValueError(f"{source} holds an embedder that reads a base model's features: pass {base}, the model it was trained on.")
@@ -210,17 +211,22 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
 
 
 # %% ../nbs/03a_training.ipynb #05f0147d
-def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None, feature_views=None) -> dict:
+def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None, feature_views=None, low=None, high=None) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
     from brefine.learner import embedder_from_state
-    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks, feature_views=feature_views))
+    from brefine.shared_backbone import _base_of
+    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks,
+                                                        feature_views=feature_views, low=low, high=high))
     if ck is not None:
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
+        for k, v in dict(low=low, high=high).items():
+            if v is not None and v != ck['config'].get(k):
+                raise ValueError(f"{k}={v!r}, but the run in {out} reads {ck['config'].get(k)!r}: drop {k} to resume it.")
         embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
-        return dict(ck['config'], base=_model_of(base))
+        return dict(ck['config'], base=_base_of(base))
     given = {k: v for k, v in dict(emb_dim=emb_dim, fusion=fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
     if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None, **given)
-    return dict(base=_model_of(base), train_blocks=train_blocks, **given)
+    return dict(base=_base_of(base), train_blocks=train_blocks, low=low, high=high, **given)
 
 
 # %% ../nbs/03a_training.ipynb #813faca7
@@ -265,14 +271,16 @@ def train_embedder(data,                      # folder with train/ trainannot/ v
                    base = None,               # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
                    train_blocks: int = None,  # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
                    fusion: str = None,        # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
-                   feature_views: int = None  # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`); on `resume`, the checkpoint's
+                   feature_views: int = None, # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`); on `resume`, the checkpoint's
+                   low: str = None,           # with `base`: its stride-4 layer, as in `base.named_modules()` ('encoder.layer1', or 'encoder[2]' for an item of a layer's output); None: found automatically (`feature_candidates(model)` lists the names)
+                   high: str = None           # with `base`: its deep layer, named as `low`; None: found automatically
                   ) -> Path:
     "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
     from brefine.data import dls_from_folders
     from brefine.learner import refine_learner
     ck = load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
-    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion, feature_views)   # every option checked before the data are read
+    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion, feature_views, low, high)   # every option checked before the data are read
     stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()

@@ -112,9 +112,14 @@ def test_train_on_learner_features(tmp_path, trained):
     ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
     Learner(ds.dataloaders(bs=1), DeepLabV3MobileNetV2(len(SYNTH_CODES), pretrained=False), loss_func=torch.nn.CrossEntropyLoss()).export(tmp_path/'seg.pkl')
     ck, pf = tmp_path/'shared.pt', tmp_path/'protos.pt'
-    assert '--learner' in run('train', '--help').stdout
-    run('train', data, '--out', ck, '--learner', tmp_path/'seg.pkl', '--train_blocks', 0, '--emb_dim', 8, '--epochs', 1, '--bs', 4)
-    assert torch.load(ck, weights_only=True)['kind'] == 'shared'
+    help_ = ' '.join(run('train', '--help').stdout.split())
+    assert '--learner' in help_ and '--low' in help_ and 'feature_candidates(model) lists the names' in help_
+    r = run('train', data, '--out', ck, '--learner', tmp_path/'seg.pkl', '--low', 'backbone.14', '--high', 'backbone.3', ok=False)
+    assert r.returncode == 2 and "they look swapped" in r.stderr and not ck.exists()
+    run('train', data, '--out', ck, '--learner', tmp_path/'seg.pkl', '--train_blocks', 0, '--emb_dim', 8, '--epochs', 1, '--bs', 4,
+        '--low', 'backbone.3', '--high', 'backbone.14')
+    saved = torch.load(ck, weights_only=True)
+    assert (saved['kind'], saved['config']['low'], saved['config']['high']) == ('shared', 'backbone.3', 'backbone.14')
     r = run('prototypes', ck, data, '--out', pf, ok=False)
     assert r.returncode == 2 and 'pass --learner FILE' in r.stderr and not pf.exists()
     run('prototypes', ck, data, '--out', pf, '--learner', tmp_path/'seg.pkl')
