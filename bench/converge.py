@@ -12,7 +12,9 @@ Schedule and stop rule (fixed in advance, the same for every data set):
   budget plus brefine's (its best epoch over the whole run is kept).
 
 Every epoch ends with an atomic checkpoint in --cache (`converge_state.pt`: weights, optimiser, random states, learning
-rate, the curve so far), so an interrupted run continues from its last completed epoch with the same command. The weights
+rate, the curve so far), so an interrupted run continues from its last completed epoch with the same command. `--export`
+copies the run to `bench/checkpoints/<dataset>/` (the optimiser's moments in bfloat16, to halve the file); a run whose
+--cache is empty continues from there, so a run can move between machines through the repository. The weights
 after the epochs in --keep and the best ones are kept (`base_converge_e{N}.pth`, `base_converge_best.pth`,
 `base_converge_plus{N}_best.pth`), as plain state dicts that `benchmark.load_base` reads.
 
@@ -45,11 +47,17 @@ def parse_args(argv=None):
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--quick', action='store_true', help='smoke run: 8/4/4 images')
+    p.add_argument('--export', action='store_true',
+                   help='train nothing: write the run so far to --store (the state with its optimiser moments in bfloat16, and the '
+                        'kept weights), where a run on another machine continues from it')
+    p.add_argument('--store', type=Path, default=None, help='where --export writes and a run without a checkpoint in --cache '
+                   'continues from (default: bench/checkpoints/<dataset>)')
     a = p.parse_args(argv)
     a.data = a.data or B.DATA/B.DATA_DIRS[a.dataset]
     a.cache = a.cache or B.REPO/f'bench/out/{a.dataset}_converge'
     a.keep = sorted({int(k) for k in a.keep.split(',') if k})
     a.out = a.cache
+    a.store = a.store or B.REPO/f'bench/checkpoints/{a.dataset}'
     return a
 
 def weights(learn) -> dict: return {k: v.detach().cpu().clone() for k, v in learn.model.state_dict().items()}
@@ -63,6 +71,30 @@ def stop_epoch(curve: list) -> int|None:
         if since >= PATIENCE: return i + 1
     return None
 
+def _moments(o, dtype):
+    "The optimiser state `o` with its floating-point tensors of more than one element in `dtype` (bfloat16 to store, float32 to train)."
+    import torch
+    if isinstance(o, dict): return {k: _moments(v, dtype) for k, v in o.items()}
+    if isinstance(o, list): return [_moments(v, dtype) for v in o]
+    return o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() > 1 else o
+
+def export(a):
+    "Copy the run in `a.cache` to `a.store`: the state, its moments in bfloat16, and the kept weights."
+    import shutil
+    from brefine.core import atomic_save, safe_load
+    ck = safe_load(a.cache/STATE, 'converge checkpoint')
+    atomic_save(dict(ck, opt=_moments(ck['opt'], __import__('torch').bfloat16)), a.store/STATE)
+    for f in sorted(a.cache.glob('base_converge_*.pth')): shutil.copyfile(f, a.store/f.name)
+    B.log(f"exported epoch {ck['state']['epoch']} of {a.cache} to {a.store}")
+
+def restore(a):
+    "When --cache holds no run but --store does, continue from the stored one: its kept weights copied to --cache."
+    import shutil
+    if (a.cache/STATE).exists() or not (a.store/STATE).exists(): return None
+    a.cache.mkdir(parents=True, exist_ok=True)
+    for f in sorted(a.store.glob('base_converge_*.pth')): shutil.copyfile(f, a.cache/f.name)
+    return a.store/STATE
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
@@ -73,6 +105,8 @@ def main(argv=None):
     from brefine.core import atomic_save, atomic_write, safe_load
     from brefine.training import rng_states, set_rng_states, _plain_tree
     importlib.import_module('fastai.callback.schedule')
+    if a.export: return export(a)
+    stored = restore(a)
     ds = B.setup(a)
     out = RESULTS/f'{a.dataset}_base_curve.json' if not a.quick else a.cache/f'{a.dataset}_base_curve.json'
     set_seed(a.seed)
@@ -81,11 +115,11 @@ def main(argv=None):
                     path=a.cache, model_dir='.')
     st = dict(epoch=0, lr=LR, cuts=0, best=-1., best_epoch=None, since=0, stopped_at=None, curve=[], kept={})
     f = a.cache/STATE
-    if f.exists():
-        ck = safe_load(f, 'converge checkpoint')
-        learn.model.load_state_dict(ck['model']); learn.create_opt(); learn.opt.load_state_dict(ck['opt'])
+    if f.exists() or stored:
+        ck = safe_load(stored or f, 'converge checkpoint')
+        learn.model.load_state_dict(ck['model']); learn.create_opt(); learn.opt.load_state_dict(_moments(ck['opt'], torch.float32))
         set_rng_states(ck['rng'], dls); st = ck['state']
-        B.log(f"resumed from {f} after epoch {st['epoch']} (best {st['best']:.4f} at epoch {st['best_epoch']})")
+        B.log(f"resumed from {stored or f} after epoch {st['epoch']} (best {st['best']:.4f} at epoch {st['best_epoch']})")
     started = provenance('bench/converge.py', argv)
     target = lambda: (st['stopped_at'] + a.extra) if st['stopped_at'] is not None else a.max_epochs
     with learn.no_bar(), learn.no_logging():
