@@ -108,12 +108,12 @@ def _write_error(e: OSError, path: Path) -> OSError:
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
 @contextlib.contextmanager
-def atomic_write(path, mode: str = 'wb'):
+def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
-    path = Path(path)
+    path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp, next to `path`
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
     except OSError as e: raise _write_error(e, path) from None
     try:
         with os.fdopen(fd, mode) as f:

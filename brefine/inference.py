@@ -15,7 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch, ifnone, GetAttr
 from fastprogress.fastprogress import progress_bar
-from .core import atomic_write, to_numpy, as_int, as_float, _model_of, _device_of, _plain, _embedding
+try: import fcntl                                 # POSIX: saves into one bundle folder take turns
+except ImportError: fcntl = None
+from .core import atomic_write, _write_error, to_numpy, as_int, as_float, _model_of, _device_of, _plain, _embedding
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
@@ -696,7 +698,6 @@ class Refiner(GetAttr):
 
 # %% ../nbs/05_inference.ipynb #0f841a46
 _OWN_FILE = re.compile(r'(embedder|prototypes)-[0-9a-f]{16}\.pt')                         # a bundle's data files
-_OWN_TMP = re.compile(r'\.(refiner\.json|(embedder|prototypes)-[0-9a-f]{16}\.pt)\..+\.tmp')  # atomic_write's, from a killed save
 _V1_FILES = {'embedder': 'embedder.pt', 'prototypes': 'prototypes.pt'}                     # bundles of format version 1
 
 def _read_bundle_json(path: Path) -> tuple:
@@ -715,24 +716,62 @@ def _read_bundle_json(path: Path) -> tuple:
         raise ValueError(f"{f} names the data files {files!r}, which are not a bundle's own: it was not written by Refiner.save.")
     return d, files
 
+# %% ../nbs/05_inference.ipynb #a5281497
+_LOCK = '.refiner.lock'                            # in a bundle folder: the saves' lock, and their journal
+
+def _claims(entry: str):
+    "The pattern of the file names a journal `entry` claims: a save's token, its data and temporary files; a version-1 name, itself."
+    if re.fullmatch(r'[0-9a-f]{16}', entry):
+        return re.compile(rf'(embedder|prototypes)-{entry}\.pt|\.((embedder|prototypes)-{entry}\.pt|refiner\.json\.{entry})\.[a-z0-9_]+\.tmp')
+    return re.compile(re.escape(entry)) if entry in _V1_FILES.values() else None
+
+def _journal(path: Path) -> list:
+    "The entries noted in the journal of the folder `path` (none without one); lines that are not entries are skipped."
+    try: text = (path/_LOCK).read_text(errors='replace')
+    except OSError: return []
+    return [e for e in text.split() if _claims(e) is not None]
+
+def _claimed(names, entries) -> list:
+    "The file `names` that some journal entry of `entries` claims."
+    pats = [c for c in map(_claims, entries) if c is not None]
+    return [n for n in names if any(p.fullmatch(n) for p in pats)]
+
+# %% ../nbs/05_inference.ipynb #f7197905
+@contextlib.contextmanager
+def _locked(path: Path, shared: bool = False):
+    "Hold the lock on the bundle folder `path`: exclusive for a save (made when missing), shared for a load (none when it cannot be opened). Yields its descriptor or None."
+    try: fd = os.open(path/_LOCK, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+    except OSError as e:
+        if not shared: raise _write_error(e, path/_LOCK) from None
+        fd = None                                                        # an older bundle, or one in a folder we cannot write
+    try:
+        if fd is not None and fcntl is not None: fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield fd
+    finally:
+        if fd is not None: os.close(fd)
+
+def _note(fd: int, entries: list):
+    "Append `entries` to the journal open at `fd`, durably: before a save writes the files they claim."
+    try: os.write(fd, ''.join(e + '\n' for e in entries).encode()); os.fsync(fd)
+    except OSError as e: raise _write_error(e, Path(_LOCK)) from None
+
 # %% ../nbs/05_inference.ipynb #d153cf79
 def _files_to_replace(path: Path, overwrite: bool) -> list:
-    "Names in the folder `path` that saving a bundle there replaces: its current bundle's files and leftovers of interrupted saves."
+    "The journal entries that claim the files of the bundle in the folder `path` that a save there replaces (none for a new folder); other folders are refused."
     if not path.exists(): return []
     if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a Refiner bundle folder: choose another path.")
-    names = sorted(os.listdir(path))
-    ours = [n for n in names if _OWN_FILE.fullmatch(n) or _OWN_TMP.fullmatch(n)]
-    if 'refiner.json' not in names:
-        other = [n for n in names if n not in ours]
+    names = os.listdir(path)
+    if 'refiner.json' not in names:                                     # new, empty, or what killed saves left there
+        other = sorted(set(names) - {_LOCK} - set(_claimed(names, _journal(path))))
         if other: raise FileExistsError(f"{path} is a folder but not a Refiner bundle (it holds {other[0]!r} and no refiner.json); "
                                         "brefine only replaces its own bundles. Save into a new or empty folder.")
-        return ours
+        return []
     try: _, files = _read_bundle_json(path)
     except ValueError as e:
         raise FileExistsError(f"{path} does not hold a readable Refiner bundle ({e}) and brefine only replaces its own bundles: "
                               "save into a new or empty folder.") from None
     if not overwrite: raise FileExistsError(f"{path} holds a Refiner bundle; pass overwrite=True to replace it.")
-    return sorted(set(ours) | {n for n in files.values() if n in names})
+    return sorted({n if n in _V1_FILES.values() else n[-19:-3] for n in files.values()})   # a token, or a version-1 name
 
 def _fsync_dir(path: Path):
     "Make the renames inside the folder `path` durable (POSIX; a no-op where folders cannot be opened)."
@@ -741,26 +780,34 @@ def _fsync_dir(path: Path):
         try: os.fsync(fd)
         finally: os.close(fd)
 
+def _remove_claimed(path: Path, entries: list, keep=()):
+    "Remove the files in the folder `path` that the journal `entries` claim, except those in `keep`."
+    for n in _claimed(os.listdir(path), entries):
+        if n not in keep:
+            with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
+
 # %% ../nbs/05_inference.ipynb #d949f995
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
     "Write the bundle into the folder `path` (new, empty, or a bundle to replace), crash-safely; other files in it are kept."
     path = Path(path)
-    old = _files_to_replace(path, overwrite)
-    tag = secrets.token_hex(8)
-    files = {'embedder': f'embedder-{tag}.pt', 'prototypes': f'prototypes-{tag}.pt'}
-    try:
-        save_embedder(self.embedder, path/files['embedder'])
-        self.prototypes.save(path/files['prototypes'])
-        with atomic_write(path/'refiner.json', 'w') as f:     # the switch: from here on the folder is the new bundle
-            json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings)), f, indent=1)
-    except BaseException:
-        for n in files.values():
-            with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
-        raise
-    _fsync_dir(path)
-    for n in old:
-        with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
+    _files_to_replace(path, overwrite)                                  # refused before anything is written
+    try: path.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise _write_error(e, path) from None
+    with _locked(path) as lock:                                         # checked again: another save may have finished meanwhile
+        tag = secrets.token_hex(8)
+        _note(lock, _files_to_replace(path, overwrite) + [tag])         # what the next save may remove should this one die
+        files = {'embedder': f'embedder-{tag}.pt', 'prototypes': f'prototypes-{tag}.pt'}
+        try:
+            save_embedder(self.embedder, path/files['embedder'])
+            self.prototypes.save(path/files['prototypes'])
+            with atomic_write(path/'refiner.json', 'w', tag=tag) as f:  # the switch: from here on the folder is the new bundle
+                json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings)), f, indent=1)
+        except BaseException:
+            _remove_claimed(path, [tag]); raise
+        _fsync_dir(path)
+        _remove_claimed(path, _journal(path), keep=set(files.values()))  # the replaced bundle, and what killed saves left
+        _fsync_dir(path); os.ftruncate(lock, 0)                         # nothing left for the journal to claim
     return path
 
 # %% ../nbs/05_inference.ipynb #814a2729
@@ -769,13 +816,14 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
     "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one); never executes code from the files."
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.")
-    settings, files = _read_bundle_json(path)
-    if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
-        raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no longer "
-                         "has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
-    protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
-    try: net = load_embedder(path/files['embedder'], base=base)
-    except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
+    with _locked(path, shared=True):                                    # a save into the folder waits until it is read
+        settings, files = _read_bundle_json(path)
+        if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
+            raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no "
+                             "longer has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
+        protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
+        try: net = load_embedder(path/files['embedder'], base=base)
+        except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
     if device is not None: net.to(device)
     kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
     try: return cls(net, protos, **kw)

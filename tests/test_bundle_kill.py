@@ -1,5 +1,5 @@
-"""Kill `Refiner.save` at every file-system step: the bundle always loads (old or new), a user's own files survive, and the
-next save removes what the killed one left behind."""
+"""Kill `Refiner.save` at every file-system step: the bundle always loads (old or new), a user's own files survive (even
+those named like a bundle's), and the next save removes what the killed one left behind."""
 import os, tempfile, multiprocessing as mp
 import pytest, torch
 from brefine.learner import EmbeddingNet
@@ -32,6 +32,8 @@ def _kill_at(k, refiner, path) -> int:
     assert p.exitcode in (0, 17), p.exitcode
     return p.exitcode
 
+LOOKALIKE = 'embedder-0123456789abcdef.pt'                          # a user's file named like a bundle's data file
+
 def _names(path): return sorted(n.split('-')[0] for n in os.listdir(path))
 
 def test_replacing_a_bundle_killed_at_each_step(refiners, tmp_path):
@@ -39,12 +41,13 @@ def test_replacing_a_bundle_killed_at_each_step(refiners, tmp_path):
     seen, k = [], 1
     while True:
         path = tmp_path/f'kill{k}'
-        old.save(path); (path/'NOTES.md').write_text('mine')
+        old.save(path); (path/'NOTES.md').write_text('mine'); (path/LOOKALIKE).write_text('mine too')
         code = _kill_at(k, new, path)
         seen.append(Refiner.load(path).top_n)                       # loadable at whatever step the save died
-        assert (path/'NOTES.md').read_text() == 'mine'
+        assert (path/'NOTES.md').read_text() == 'mine' and (path/LOOKALIKE).read_text() == 'mine too'
         new.save(path)                                              # the next save succeeds and clears leftovers
-        assert _names(path) == ['NOTES.md', 'embedder', 'prototypes', 'refiner.json']
+        assert _names(path) == ['.refiner.lock', 'NOTES.md', 'embedder', 'embedder', 'prototypes', 'refiner.json']
+        assert (path/LOOKALIKE).read_text() == 'mine too'           # named like a bundle's file, but not one: kept
         assert Refiner.load(path).top_n == 3
         if code == 0: break
         k += 1
@@ -62,7 +65,7 @@ def test_first_save_killed_at_each_step(refiners, tmp_path):
         else:
             with pytest.raises((FileNotFoundError, ValueError)): Refiner.load(path)
         new.save(path)                                              # leftovers of the killed save are not "foreign" files
-        assert _names(path) == ['embedder', 'prototypes', 'refiner.json']
+        assert _names(path) == ['.refiner.lock', 'embedder', 'prototypes', 'refiner.json']
         if code == 0: break
         k += 1
     assert k >= 6, k
