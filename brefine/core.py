@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #b31d4047
 from __future__ import annotations
-import os, io, errno, math, numbers, tempfile, contextlib, pickle
+import os, io, errno, math, numbers, tempfile, contextlib, pickle, threading
 from pathlib import Path
 import numpy as np
 import torch
@@ -107,6 +107,17 @@ def _write_error(e: OSError, path: Path) -> OSError:
     if why is None: return e
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
+_UMASK_LOCK = threading.Lock()
+
+def _umask() -> int:
+    "The process's umask: read from /proc/self/status on Linux, else set and put back at once, under a lock."
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path('/proc/self/status').read_text().splitlines():
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    with _UMASK_LOCK:
+        old = os.umask(0o077); os.umask(old)
+    return old
+
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
@@ -117,6 +128,7 @@ def atomic_write(path, mode: str = 'wb', tag: str = ''):
     except OSError as e: raise _write_error(e, path) from None
     try:
         with os.fdopen(fd, mode) as f:
+            if hasattr(os, 'fchmod'): os.fchmod(fd, 0o666 & ~_umask())   # as `open` would make it: mkstemp's is 0600
             yield f
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
