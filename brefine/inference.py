@@ -21,7 +21,7 @@ from .core import atomic_write, _write_error, to_numpy, as_int, as_float, _model
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
-from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded
+from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded, _eval_mode
 
 # %% auto #0
 __all__ = ['GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
@@ -113,15 +113,23 @@ def _as_scores(s) -> torch.Tensor:
         s = np.ascontiguousarray(s)                                     # flipped views have negative strides
     return _plain(s)
 
+# %% ../nbs/05_inference.ipynb #5f2965d2
+@contextlib.contextmanager
+def _evaluating(*models):
+    "Every `nn.Module` among `models` (or inside them: a Learner's, a DDP wrapper's) in eval mode in the block; each module's own mode back after."
+    with contextlib.ExitStack() as stack:
+        for m in map(_model_of, models):
+            if isinstance(m, nn.Module): stack.enter_context(_eval_mode(m))
+        yield
+
 # %% ../nbs/05_inference.ipynb #c868f528
 def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> torch.Tensor:
     "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed."
     if not isinstance(probs, (torch.Tensor, np.ndarray)):
         if not callable(probs):
             raise TypeError(f"`probs` must be scores (tensor or numpy array) or a model, not {type(probs).__name__}.")
-        with torch.inference_mode():
-            m = _model_of(probs)
-            out = m(x.to(_device_of(m)))
+        m = _model_of(probs)
+        with torch.inference_mode(), _evaluating(m): out = m(x.to(_device_of(m)))
         if isinstance(out, dict): out = out['out']
         if isinstance(out, (tuple, list)): out = out[0]
         s, batched = out, True
@@ -522,11 +530,12 @@ def _embed(model, x: torch.Tensor) -> torch.Tensor:
     return _checked_embedding(_embedding(model(x)))
 
 def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple:
-    "The base scores (B,M,H,W) and the embeddings of the prepared images `x`: one base forward for both when `model` reads the base model `probs`' features."
-    if reads_base(model, probs):
-        logits, emb = embed_with_base(model, probs, x)
-        return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
-    return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
+    "The base scores (B,M,H,W) and the embeddings of the prepared images `x`, both models in eval mode: one base forward for both when `model` reads the base model `probs`' features."
+    with _evaluating(model, probs):
+        if reads_base(model, probs):
+            logits, emb = embed_with_base(model, probs, x)
+            return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
+        return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
 
 
 # %% ../nbs/05_inference.ipynb #db4fda89
@@ -541,16 +550,11 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
     x = x.to(_device_of(model))
-    was_training = model.training if isinstance(model, nn.Module) else False
-    if isinstance(model, nn.Module): model.eval()
-    try:
-        with torch.inference_mode():
-            p, emb = _scores_and_embedding(model, probs, x, batched)
-            _check_protos(prototypes, p.shape[1])
-            levels = grey_levels(x, prototypes.mean, prototypes.std) if s.grey is not None else None
-            out = relabel(emb, p, prototypes, s, levels=levels)
-    finally:
-        if was_training: model.train()
+    with torch.inference_mode():
+        p, emb = _scores_and_embedding(model, probs, x, batched)          # the embedder and a base model in eval mode
+        _check_protos(prototypes, p.shape[1])
+        levels = grey_levels(x, prototypes.mean, prototypes.std) if s.grey is not None else None
+        out = relabel(emb, p, prototypes, s, levels=levels)
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out
 
