@@ -379,8 +379,8 @@ class SegData:
     def n_classes(self) -> int: return len(self.codes)
     def files(self, split: str) -> list: return self.splits[split]
     def read(self, f) -> tuple:
-        "(uint8 RGB image (H,W,3), uint8 label map (H,W)) of image file `f`, at its own size."
-        img, lbl = np.array(Image.open(f).convert('RGB')), np.array(Image.open(self.label_func(f)))
+        "(uint8 RGB image (H,W,3), uint8 label map (H,W)) of image file `f`, at its own size; the image read as for training (`_open_image`)."
+        img, lbl = np.array(_open_image(f)), np.array(Image.open(self.label_func(f)))
         if img.shape[:2] != lbl.shape: raise ValueError(f"{f} is {img.shape[1]}x{img.shape[0]} but its label map is {lbl.shape[1]}x{lbl.shape[0]}.")
         return img, lbl
     def __repr__(self): return f"SegData({self.name!r}, {', '.join(f'{k} {len(v)}' for k, v in self.splits.items())}, {self.n_classes} classes, void {self.void})"

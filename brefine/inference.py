@@ -28,12 +28,22 @@ __all__ = ['GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSIO
            'RefineSettings', 'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
+_FULL_SCALE = {torch.uint8: 255., torch.uint16: 65535.}                 # raw pixels: the full scale of their type
+
+def _full_scale(dtype) -> float:
+    "The full scale of raw pixels of the numpy or torch `dtype`: 255 for 8 bits, 65535 for 16; any other type is refused."
+    if not isinstance(dtype, torch.dtype):
+        dtype = np.dtype(dtype)
+        dtype = {(1, 'u'): torch.uint8, (2, 'u'): torch.uint16}.get((dtype.itemsize, dtype.kind), dtype)
+    if dtype in _FULL_SCALE: return _FULL_SCALE[dtype]
+    raise TypeError(f"Raw images must be uint8 or uint16 (numpy or torch), got {str(dtype).replace('torch.', '')}: the full "
+                    "scale of other types is unknown. Convert the pixels to uint8 (0..255) or uint16 (0..65535), or pass a "
+                    "float tensor (3,H,W) already normalised for the embedder.")
+
 def _raw_hwc(a: np.ndarray):
     "A raw integer image (H,W), (H,W,C) or (B,H,W,C) as an integer (B,3,H,W) tensor view, and its full-scale value."
-    if a.dtype == np.uint8: scale = 255.
-    elif a.dtype == np.uint16: scale, a = 65535., a.astype(np.int32)   # torch has few uint16 kernels
-    else: raise TypeError(f"Raw images must be uint8 or uint16, got {a.dtype}. Pass uint8 RGB, or a float tensor (3,H,W) "
-                          "already normalised for the embedder.")
+    scale = _full_scale(a.dtype)
+    if a.dtype != np.uint8: a = a.astype(np.int32)                    # 16 bits, either byte order: torch has few uint16 kernels
     if a.ndim == 2: a = a[..., None]
     if a.ndim == 3: a = a[None]
     if a.ndim != 4 or a.shape[-1] not in (1, 3, 4):
@@ -69,12 +79,20 @@ def _check_prepared(x: torch.Tensor) -> torch.Tensor:
 
 
 # %% ../nbs/05_inference.ipynb #99a7aa9e
+def _pil_pixels(im) -> np.ndarray:
+    "The pixels of the PIL image `im` by the rule of raw images: 8-bit modes as uint8 RGB, 16-bit ones (and 32-bit `I` within 16 bits) as uint16."
+    if im.mode == 'F': raise TypeError("A PIL image of float pixels (mode F) has no known scale: pass it as a float tensor (3,H,W) "
+                                       "normalised for the embedder, or convert it to 8 or 16 bits.")
+    if not im.mode.startswith('I'): return np.asarray(im.convert('RGB'))
+    a = np.asarray(im)
+    if a.dtype.kind != 'u' and a.size and (a.min() < 0 or a.max() > 65535):   # 32-bit or signed: only within 16 bits
+        raise ValueError(f"The PIL image of {a.dtype.itemsize * 8}-bit pixels (mode {im.mode}) holds values from {a.min()} to {a.max()}, beyond the "
+                         "0..65535 of 16 bits: scale it to 8 or 16 bits first (e.g. np.uint16 of the values you mean).")
+    return a.astype(np.uint16)
+
 def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
-    if hasattr(img, 'getbands'):                       # a PIL image
-        mode = img.mode
-        img = np.asarray(img.convert('RGB') if mode not in ('I;16', 'I;16B', 'I;16L', 'I') else img)
-        if img.dtype == np.int32: img = img.astype(np.uint16)
+    if hasattr(img, 'getbands'): img = _pil_pixels(img)                  # a PIL image
     if isinstance(img, np.ndarray):
         if img.dtype.kind == 'f': img = torch.from_numpy(np.ascontiguousarray(img))   # negative strides (flips) too
         else: return _scaled(*_raw_hwc(img), mean, std), img.ndim == 4
@@ -86,7 +104,9 @@ def prepare_image(img, mean=None, std=None):
     batched = img.ndim == 4
     img = _plain(img)
     x = img if batched else img[None]
-    if not x.is_floating_point(): return _scaled(x, 65535. if x.dtype == torch.int32 else 255., mean, std), batched
+    if not x.is_floating_point():
+        scale = _full_scale(x.dtype)
+        return _scaled(x if x.dtype == torch.uint8 else x.int(), scale, mean, std), batched
     return _check_prepared(x), batched
 
 
