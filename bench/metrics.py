@@ -1,9 +1,10 @@
 """Speed of brefine.metrics on CamVid-sized data: 233 label maps of 360x480, 11 classes, void 11.
 Prints each metric's time and its ratio to a bare np.bincount confusion matrix over the same data, measured in the
-same run (so the ratios do not depend on the machine). Uses the CamVid test labels when present, else synthetic maps.
+same run (so the ratios do not depend on the machine). Uses the CamVid test labels when present (under $BREFINE_DATA,
+by default ../shared/data), else synthetic maps.
 `--record` also writes the printout to bench/results/metrics.txt and records it in bench/results/manifest.json.
 usage: .venv/bin/python bench/metrics.py [--record]"""
-import argparse, time
+import argparse, os, time
 from pathlib import Path
 import numpy as np, cv2
 from brefine.metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou, evaluate
@@ -34,7 +35,7 @@ def main():
     main_recorded(ap, 'metrics', lambda a: run())
 
 def run():
-    d = Path(__file__).resolve().parents[2]/'shared/data/camvid/CamVid/testannot'
+    d = Path(os.environ.get('BREFINE_DATA', Path(__file__).resolve().parents[2]/'shared/data'))/'camvid/CamVid/testannot'
     gts = np.stack([cv2.imread(str(f), cv2.IMREAD_GRAYSCALE) for f in sorted(d.glob('*.png'))]) if d.exists() else synthetic()
     print(f"{'CamVid test labels' if d.exists() else 'synthetic maps'}: {gts.shape}")
     base = np.stack([low_res(np.where(g == 11, 0, g), 8) for g in gts])

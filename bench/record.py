@@ -5,12 +5,15 @@ Every script in `bench/` that measures something can record its run (`--record`)
 
     {"name", "file", "also" (companion files, optional), "command", "git_commit", "date", "machine", "seconds"}
 
-with `file` and `also` relative to `bench/results/`. Entries for results recorded before the manifest existed have null
-run date, commit and machine, and say instead which commit recorded the file (`recorded_in`), where their command came
-from when it was rebuilt from a log (`command_reconstructed`), and any remark on the command's line (`note`). An entry
+with `file` and `also` relative to `bench/results/`. An entry whose script has since left `bench/` says which commit
+last held it (`removed`: {"script", "commit"}), so that `git checkout COMMIT` brings it back. Entries for results
+recorded before the manifest existed have null run date, commit and machine, and say instead which commit recorded the
+file (`recorded_in`), where their command came from when it was rebuilt from a log (`command_reconstructed`), and any
+remark on the command's line (`note`). An entry
 for a file already in the manifest replaces the old one, so the manifest lists each results file once, with the command
 that last wrote it. The manifest is rewritten atomically (a temporary file, then `os.replace`) under a lock on the
-folder, and the index is regenerated each time.
+folder, and the index is regenerated each time. `bench/results/HISTORY.md`, the experiments' story (what was tried, run
+by run, with names and commits), is written by hand; the index links to it and this script never writes it.
 
     .venv/bin/python bench/record.py          # regenerate bench/results/README.md from the manifest
 """
@@ -20,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO/'bench/results'
-MANIFEST, INDEX = RESULTS/'manifest.json', RESULTS/'README.md'
+MANIFEST, INDEX, HISTORY = RESULTS/'manifest.json', RESULTS/'README.md', RESULTS/'HISTORY.md'   # HISTORY.md: by hand
 
 def command(script: str, argv) -> str:
     "The command line of `script` (a path from the repository root) run with arguments `argv`."
@@ -89,7 +92,11 @@ The record of the measurements in `bench/`, one row per results file. This file 
 
 Date and commit are those of the run. Where the run did not record them, the cells show in brackets the commit that
 recorded the file's content and its date; a command marked (reconstructed) was rebuilt from the `args:` line of the
-run's log (`manifest.json` says against which version of the script).
+run's log (`manifest.json` says against which version of the script). A script that has since left `bench/` is
+marked *removed* with the commit that last held it: `git checkout COMMIT` brings it back to rerun the command.
+
+[HISTORY.md](HISTORY.md), written by hand and never touched by `record.py`, is the story behind these files: what was
+tried and what each change gave, run by run, with the run names and commits.
 """
 
 def _cell(s) -> str: return str(s).replace('|', '\\|').replace('\n', ' ')
@@ -107,12 +114,13 @@ def index_text(entries: list) -> str:
             rec = e.get('recorded_in') or {}
             files = ', '.join(f'[`{Path(f).name}`]({f})' for f in [e['file']] + list(e.get('also', ())))
             cmd = (f"`{_cell(e['command'])}`" + (' (reconstructed)' if e.get('command_reconstructed') else '')) if e.get('command') else '—'
+            if gone := e.get('removed'): cmd += f" (`{gone['script']}` removed; `git checkout {gone['commit']}` has it)"
             date = e.get('date') or (f"({rec['date']})" if rec else '—')
             commit = e.get('git_commit') or (f"({rec['commit']})" if rec else '—')
             secs = '' if e.get('seconds') is None else f"{e['seconds']:.0f}"
             lines.append(f'| {files} | {cmd} | {date} | {commit} | {secs} |')
     stray = sorted(p.relative_to(RESULTS).as_posix() for p in RESULTS.rglob('*') if p.is_file()
-                   and p.name not in (MANIFEST.name, INDEX.name) and not p.name.startswith('.')
+                   and p.name not in (MANIFEST.name, INDEX.name, HISTORY.name) and not p.name.startswith('.')
                    and p.relative_to(RESULTS).as_posix() not in listed)
     if stray: lines += ['', '## Not in the manifest', ''] + [f'- [`{f}`]({f})' for f in stray]
     return '\n'.join(lines) + '\n'
