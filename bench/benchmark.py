@@ -139,7 +139,15 @@ def parse_args(argv=None):
     p.add_argument('--emb-budget', type=float, default=EMB_BUDGET, metavar='EPOCHS',
                    help="the embedder's training pixels, in epochs of CamVid's training split (367 images at 360x480); "
                         "a data set's epochs follow from its size")
+    p.add_argument('--base', type=Path, default=None, metavar='FILE',
+                   help="the base model's weights (a state dict of this benchmark's base model, e.g. bench/converge.py's "
+                        "base_converge_best.pth) instead of training it for the short budget; the cache defaults to "
+                        "bench/out/<dataset>_cache_<FILE's name>")
+    p.add_argument('--ablation', action='store_true',
+                   help="also score, with settings chosen on val: the vote alone (over the base's answer, no embedder), the "
+                        "prototypes alone (no vote), and the oracle (band pixels take the true class when it is among the top-N)")
     a = p.parse_args(argv)
+    if a.base is not None and not a.base.is_file(): p.error(f'--base {a.base}: no such file')
     if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
     if a.feature_views is not None and (a.embedder != 'shared' or a.feature_views < 1): p.error(f'--feature-views takes N >= 1 with --embedder shared, got {a.feature_views}')
@@ -148,7 +156,7 @@ def parse_args(argv=None):
         if a.fusion not in FUSIONS: p.error(f'--fusion must be one of {", ".join(FUSIONS)}, got {a.fusion!r}')
     if a.post_budget is not None and not a.post_budget > 0: p.error(f'--post-budget must be > 0, got {a.post_budget}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
-    a.cache = a.cache or REPO/f'bench/out/{a.dataset}_cache'
+    a.cache = a.cache or REPO/(f'bench/out/{a.dataset}_cache' + (f'_{a.base.stem}' if a.base else ''))
     if a.quick: a.threads = 1
     if a.record is not None:
         if not a.record or Path(a.record).name != a.record or a.record.startswith('.'): p.error(f'--record needs a plain file name, got {a.record!r}')
@@ -244,6 +252,7 @@ def get_base(args, ds, dls_fn, n_epochs):
     "The trained base model, from the cache or trained now."
     import numpy as np
     from brefine.core import atomic_save
+    if args.base is not None: log(f'base model loaded from {args.base}'); return load_base(args.base, ds.n_classes)
     f = args.cache/BASE_FILE.format(n_epochs)
     if f.exists(): log(f'base model loaded from {f}'); return load_base(f, ds.n_classes)
     from fastai.learner import Learner
@@ -366,6 +375,34 @@ def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
                     f"{1000 * r['seconds']:.1f} | {r['seconds'] / base_s:.3f} |")
     return rows
 
+# ------------------------------------------------------------------------------------------------------------- ablation
+def constant_refiner(n_classes: int, mean, std):
+    "A `Refiner` whose embedding is the same everywhere: every candidate is equally near, so a band pixel keeps the base answer and only a vote re-decides it (the vote alone)."
+    import torch
+    from brefine.inference import Refiner
+    from brefine.prototypes import Prototypes
+    class Constant(torch.nn.Module):
+        def forward(self, x): return x.new_zeros(x.shape[0], 1, x.shape[2] // 4, x.shape[3] // 4)
+    return Refiner(Constant(), Prototypes(torch.zeros(n_classes, 1), torch.ones(n_classes, dtype=torch.long), mean=mean, std=std))
+
+def oracle_labels(probs, gt, void, settings):
+    "The oracle: the base answer, with each band pixel of `settings` given the true class of `gt` when it is among its top-N candidates (by a one-hot embedding of the truth, void pixels none)."
+    import numpy as np, torch, torch.nn.functional as F
+    from brefine.inference import relabel
+    from brefine.prototypes import Prototypes
+    M = probs.shape[0]
+    t = torch.from_numpy(gt.astype(np.int64))
+    emb = F.one_hot(t.clamp(max=M - 1), M).permute(2, 0, 1).float() * (t < M)[None]
+    eye = Prototypes(torch.eye(M), torch.ones(M, dtype=torch.long))
+    return relabel(emb[None], probs[None], eye, settings)[0].numpy().astype(np.uint8)
+
+def best_row(table, keep):
+    "The setting of calibration `table` that `OBJECTIVES['mean']` ranks highest among the base answer (the first row) and the rows `keep` accepts."
+    from dataclasses import fields
+    from brefine.inference import OBJECTIVES, RefineSettings
+    r = max([table[0]] + [r for r in table[1:] if keep(r)], key=lambda r: OBJECTIVES['mean'](r['boundary_f1'], r['miou']))
+    return RefineSettings(**{f.name: r[f.name] for f in fields(RefineSettings)}), r
+
 def save_figure(path, ds, fs, preds, gts, n=3):
     "Image, base, DenseCRF, brefine, ground truth for the `n` test images where brefine removes most wrong pixels."
     import numpy as np, matplotlib
@@ -410,7 +447,7 @@ def run(args, argv, dest):
     from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict, grey_levels
     from brefine.core import atomic_write, to_numpy
     from brefine.learner import embedding_size
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
     dls = {}
     def dls_fn():
         if 'x' not in dls: dls['x'] = ds.dls(bs=8, num_workers=0)
@@ -436,11 +473,22 @@ def run(args, argv, dest):
         ref.save(args.cache/f'refiner_{emb_file.stem}')
     from brefine.inference import _best, _settings_of, OBJECTIVES
     unlimited = None if budget is None else _settings_of(_best(cal['table'], OBJECTIVES['mean']))   # what val chose without the budget
+    ablation = {}
+    if args.ablation:
+        with stage('val: the vote alone (calibrate)'):
+            vote_ref = constant_refiner(ds.n_classes, protos.mean, protos.std)
+            grid = dict(QUICK_CAL, alphas=(0.,), votes=(5,)) if args.quick else dict(alphas=(0.,), votes=(5, 9, 11))
+            vcal = vote_ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, **grid)
+        fits = lambda r: budget is None or r['seconds'] <= budget
+        ablation = dict(vote_only=vote_ref.settings, prototypes_only=best_row(cal['table'], lambda r: r['vote'] == 0 and fits(r))[0],
+                        oracle=replace(best_row(cal['table'], lambda r: r['top_n'] > 1 and r['vote'] == 0)[0], alpha=0.))
+        log(f'  ablation settings chosen on val: {ablation}; the vote alone: val BF {vcal["boundary_f1"]:.4f} mIoU {vcal["miou"]:.4f}')
     with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
     del vprobs
 
     tf = ds.files('test')
-    preds, gts, tm = {k: [] for k in ('base', 'DenseCRF', 'brefine', 'unlimited')}, [], {k: [] for k in ('base', 'crf', 'emb', 'post', 'post_unlimited')}
+    preds, gts = {k: [] for k in ('base', 'DenseCRF', 'brefine', 'unlimited', 'vote_only', 'prototypes_only', 'oracle')}, []
+    tm = {k: [] for k in ('base', 'crf', 'emb', 'post', 'post_unlimited', 'vote_only', 'prototypes_only')}
     with stage(f'test: base / DenseCRF / brefine on {len(tf)} images'):
         with torch.inference_mode():                     # warm-up: first calls allocate
             im0, _ = ds.read(tf[0]); base_probs_of(base, im0); embedder(prepare_image(im0, protos.mean, protos.std)[0])
@@ -460,6 +508,11 @@ def run(args, argv, dest):
                 t1 = time.perf_counter(); out = post(ref.settings); t2 = time.perf_counter()
                 if unlimited is not None:                # a budgeted run also scores what val chose without the budget
                     preds['unlimited'].append(post(unlimited)); tm['post_unlimited'].append(time.perf_counter() - t2)
+                if ablation:                             # each from the base scores (and the embedding): its post-processing timed
+                    t3 = time.perf_counter(); preds['prototypes_only'].append(post(ablation['prototypes_only'])); t4 = time.perf_counter()
+                    preds['vote_only'].append(to_numpy(vote_ref(img, probs)).astype(np.uint8)); t5 = time.perf_counter()
+                    tm['prototypes_only'].append(t4 - t3); tm['vote_only'].append(t5 - t4)
+                    preds['oracle'].append(oracle_labels(probs, gt, ds.void, ablation['oracle']))
             tm['emb'].append(t1 - t); tm['post'].append(t2 - t1); preds['brefine'].append(out)
             if i < 2 and not (to_numpy(refine_predict(img, base if args.embedder == 'shared' else probs, embedder, protos, ref.settings)) == out).all():
                 raise AssertionError(f'the split timing differs from refine_predict on {f.name}')
@@ -469,6 +522,10 @@ def run(args, argv, dest):
         res = {'base': metrics_row(ds, preds['base'], gts, s['base']), 'densecrf': metrics_row(ds, preds['DenseCRF'], gts, s['crf']),
                'brefine': metrics_row(ds, preds['brefine'], gts, s['emb'] + s['post'])}
         if unlimited is not None: res['brefine_no_budget'] = metrics_row(ds, preds['unlimited'], gts, s['emb'] + s['post_unlimited'])
+        if ablation:
+            res.update(vote_only=metrics_row(ds, preds['vote_only'], gts, s['vote_only']),
+                       prototypes_only=metrics_row(ds, preds['prototypes_only'], gts, s['emb'] + s['prototypes_only']),
+                       oracle=metrics_row(ds, preds['oracle'], gts, None))
     save_figure(dest['png'], ds, tf, preds, gts)
 
     seconds = time.perf_counter() - T0
@@ -478,12 +535,15 @@ def run(args, argv, dest):
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),
         **({} if unlimited is None else dict(settings_no_budget=asdict(unlimited))),
+        **({} if not ablation else dict(ablation_settings={k: asdict(v) for k, v in ablation.items()})),
+        base_weights=None if args.base is None else str(args.base),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
                  base_miou=cal['base_miou'], crf_images=n_crf, base_forward_seconds=vbase_s, post_budget_seconds=budget),
         stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
     with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
     names = {'base': 'base', 'densecrf': 'DenseCRF', 'brefine': 'brefine' if budget is None else 'brefine within the budget',
-             'brefine_no_budget': f'brefine without a budget ({unlimited})'}
+             'brefine_no_budget': f'brefine without a budget ({unlimited})', 'vote_only': 'the vote alone (no embedder)',
+             'prototypes_only': 'the prototypes alone (no vote)', 'oracle': 'oracle: the true class when among the top-N'}
     lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
@@ -494,9 +554,9 @@ def run(args, argv, dest):
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']
     for k, r in res.items():
+        sec = r['seconds_per_image']
         lines.append(f"| {names[k]} | {100*r['miou']:.2f} | {100*r['boundary_iou']:.2f} | {100*r['boundary_f1']:.2f} | "
-                     f"{100*r['trimap_iou']:.2f} | {r['seconds_per_image']:.3f} | {r['seconds_per_image']/s['crf']:.2f} | "
-                     f"{r['seconds_per_image']/s['base']:.2f} |")
+                     f"{100*r['trimap_iou']:.2f} | " + ('- | - | - |' if sec is None else f"{sec:.3f} | {sec/s['crf']:.2f} | {sec/s['base']:.2f} |"))
     lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image"
               + ('' if unlimited is None else f" (without the budget: {s['post_unlimited']:.3f} s)") + ". Stage times: "
               + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '',
