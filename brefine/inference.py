@@ -111,11 +111,21 @@ def prepare_image(img, mean=None, std=None):
 
 
 # %% ../nbs/05_inference.ipynb #774e5efe
-def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float = 1e-3) -> bool:
-    "Whether scores `s` are probabilities along `dim`: none negative, and every sum within `tol` of 1 (two full reductions, then two numbers)."
-    if not bool(s.min() >= 0): return False
-    lo, hi = s.sum(dim).aminmax()                    # the farthest sums from 1 are the smallest and the largest
-    return bool((lo - 1).abs() < tol) and bool((hi - 1).abs() < tol)
+def _prob_tol(m: int) -> float:
+    "How far from 1 the per-pixel sums of `m` probabilities may be: 0.05, or m × 0.005 for more than 10 classes (up to 0.5), which any rounding to two decimals keeps to."
+    return min(0.5, max(0.05, 0.005 * m))
+
+def _probs_off(s: torch.Tensor, dim: int = 1):
+    "The largest distance from 1 of the sums of scores `s` along `dim` when every score is in [0, 1]; None when one is not (logits)."
+    lo, hi = s.aminmax()
+    if not (bool(lo >= 0) and bool(hi <= 1 + 1e-3)): return None       # one pass; logits usually stop here
+    lo, hi = s.sum(dim).aminmax()                                       # the farthest sums from 1 are the smallest and the largest
+    return max(abs(float(lo) - 1), abs(float(hi) - 1))
+
+def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float|None = None) -> bool:
+    "Whether scores `s` are probabilities along `dim`: every score in [0, 1] and every per-pixel sum within `tol` of 1 (None: `_prob_tol`, which rounded probabilities pass)."
+    off = _probs_off(s, dim)
+    return off is not None and off <= (_prob_tol(s.shape[dim]) if tol is None else tol)
 
 def _check_score_size(hw: tuple, HW: tuple):
     "Scores (h,w) fit an image (H,W) when equal or a uniform rescale of it (one scale for both axes, up to a score pixel of rounding)."
@@ -144,7 +154,7 @@ def _evaluating(*models):
 
 # %% ../nbs/05_inference.ipynb #c868f528
 def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> torch.Tensor:
-    "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed."
+    "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed. Scores all in [0, 1] whose per-pixel sums are within `_prob_tol` of 1 are probabilities (made to sum to 1); all others are logits."
     if not isinstance(probs, (torch.Tensor, np.ndarray)):
         if not callable(probs):
             raise TypeError(f"`probs` must be scores (tensor or numpy array) or a model, not {type(probs).__name__}.")
@@ -165,10 +175,11 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     low, s = s.dtype in (torch.float16, torch.bfloat16), s.float()
     if not torch.isfinite(s.sum()) and not torch.isfinite(s).all():    # one reduction first: NaN and inf propagate into it
         raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. mixed-precision overflow).")
-    is_p = _looks_like_probs(s, tol=s.shape[1] * 2 ** -7) if low else None   # half/bfloat16 probabilities: sums are off by rounding
-    if is_p: s = s / s.sum(1, keepdim=True)
+    off, M = _probs_off(s), s.shape[1]                                  # probabilities rounded, or in half precision, too:
+    is_p = off is not None and off <= max(_prob_tol(M), M * 2 ** -7 if low else 0)
+    if is_p and off > 1e-3: s = s / s.sum(1, keepdim=True)              # ... made to sum to 1, never softmaxed as logits
     resize = s.shape[-2:] != x.shape[-2:]
-    if (softmax or resize) and not (_looks_like_probs(s) if is_p is None else is_p): s = s.softmax(1)   # each check once
+    if (softmax or resize) and not is_p: s = s.softmax(1)
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)
     return s
 
