@@ -24,8 +24,8 @@ from .prototypes import Prototypes
 from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded, _eval_mode
 
 # %% auto #0
-__all__ = ['GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image', 'base_probs',
-           'RefineSettings', 'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
+__all__ = ['SETTING_LIMITS', 'GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image',
+           'base_probs', 'RefineSettings', 'grey_levels', 'relabel', 'refine_predict', 'calibrate', 'Refiner']
 
 # %% ../nbs/05_inference.ipynb #cdaf4950
 _FULL_SCALE = {torch.uint8: 255., torch.uint16: 65535.}                 # raw pixels: the full scale of their type
@@ -184,6 +184,8 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     return s
 
 # %% ../nbs/05_inference.ipynb #c12df624
+SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e4, passes=10)   # the largest value of each setting
+
 @dataclass(frozen=True)
 class RefineSettings:
     "How `relabel` re-decides band pixels: `RefineSettings(top_n=3, radius=10, vote=5)`; checked when made."
@@ -196,19 +198,20 @@ class RefineSettings:
     passes: int = 2          # passes of the vote with a `grey` weight, each reading the labels the one before left (unused without `grey`)
 
     def __post_init__(self):
-        put = partial(object.__setattr__, self)
-        if self.top_n is not None: put('top_n', as_int(self.top_n, 'top_n', 1, hint=" top_n counts candidate classes."))
-        put('radius', as_int(self.radius, 'radius', 0, hint=" It is the band's half-width in pixels."))
+        put, L = partial(object.__setattr__, self), SETTING_LIMITS
+        if self.top_n is not None: put('top_n', as_int(self.top_n, 'top_n', 1, L['top_n'], " top_n counts candidate classes."))
+        put('radius', as_int(self.radius, 'radius', 0, L['radius'], " It is the band's half-width in pixels, like 10."))
         if self.tau is not None: put('tau', as_float(self.tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate."))
-        put('alpha', as_float(self.alpha, 'alpha', 0, hint=" alpha weighs the base log-probability."))
-        put('vote', as_int(self.vote, 'vote', 0))
+        put('alpha', as_float(self.alpha, 'alpha', 0, L['alpha'], " alpha weighs the base log-probability; 0.1 to 1 are usual."))
+        put('vote', as_int(self.vote, 'vote', 0, L['vote'], " vote is the side in pixels of the vote's window, like 9 (0: none)."))
         if self.vote % 2 == 0 and self.vote:
             raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {self.vote!r}.")
         if self.grey is not None:
-            put('grey', as_float(self.grey, 'grey', 1, hint=" grey is the σ of the vote's grey-level weight, in grey levels; None: no weight."))
+            put('grey', as_float(self.grey, 'grey', 1, L['grey'], " grey is the σ of the vote's grey-level weight, in grey levels, "
+                                 "like 10; None: no weight."))
             if not self.vote: raise ValueError(f"grey={self.grey:g} weighs the vote's neighbours, but vote is 0: set an odd vote window "
                                                "like 9 too, or leave grey at None.")
-        put('passes', as_int(self.passes, 'passes', 1, hint=" passes counts the grey-weighted vote's passes."))
+        put('passes', as_int(self.passes, 'passes', 1, L['passes'], " passes counts the grey-weighted vote's passes, like 2."))
 
 # %% ../nbs/05_inference.ipynb #1031bfab
 @patch
