@@ -69,6 +69,7 @@ QUICK_CAL = dict(radii=(2, 4), top_ns=(2, 3), taus=(None,), alphas=(0., 0.1), vo
 QUICK_CRF = dict(sxy=(50,), srgb=(13,), compat=(4, 10))
 QUICK_SPLITS = dict(train=8, val=4, test=4)       # --quick: the first images of each split
 BASE_FILE = 'base_mnv2os16_e{}.pth'                                                               # cache names by epochs
+GIVEN_BASE = 'base_given.pth'                    # the base model of a run with --base, kept in its cache
 EMB_FILES = {'separate': 'emb_mnv2_d32_a64_dec48_initbase_tri16384_e{}.pt', 'shared': 'emb_shared_d32_a64_dec48_tri16384_e{}.pt'}
 
 def embedder_kwargs(kind: str, train_blocks: int|None = None, bf16: bool = False, fusion: str|None = None, feature_views: int|None = None) -> dict:
@@ -252,7 +253,11 @@ def get_base(args, ds, dls_fn, n_epochs):
     "The trained base model, from the cache or trained now."
     import numpy as np
     from brefine.core import atomic_save
-    if args.base is not None: log(f'base model loaded from {args.base}'); return load_base(args.base, ds.n_classes)
+    if args.base is not None:                            # a given base model: kept in the cache, where `load_cached` finds it
+        kept = args.cache/GIVEN_BASE
+        if not kept.exists() or kept.read_bytes() != args.base.read_bytes():
+            tmp = kept.with_name('.' + kept.name + '.tmp'); shutil.copyfile(args.base, tmp); os.replace(tmp, kept)
+        log(f'base model loaded from {args.base}'); return load_base(kept, ds.n_classes)
     f = args.cache/BASE_FILE.format(n_epochs)
     if f.exists(): log(f'base model loaded from {f}'); return load_base(f, ds.n_classes)
     from fastai.learner import Learner
@@ -273,8 +278,9 @@ def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_bu
     from brefine.inference import Refiner
     f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion, feature_views)
     for k in ('base', 'refiner'):
+        if k == 'base' and (Path(cache)/GIVEN_BASE).exists(): continue
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
-    base = load_base(f['base'], ds.n_classes)
+    base = load_base(Path(cache)/GIVEN_BASE if (Path(cache)/GIVEN_BASE).exists() else f['base'], ds.n_classes)
     return base, Refiner.load(f['refiner'], base=base if embedder == 'shared' else None)
 
 def base_probs_of(model, img):
