@@ -74,6 +74,9 @@ def parse_args(argv=None):
     c.add_argument('--top-n', type=int, default=2, help="candidates: the base's top N")
     c.add_argument('--modes', type=int, default=0, help='also: K prototypes per class (k-means of its training band embeddings), the nearest of them')
     c.add_argument('--local', type=float, default=0, metavar='CONF', help="also: image-local prototypes, each class's mean embedding over the image's pixels the base labels that class with top-1 probability >= CONF outside the band, mixed with the global prototype by a weight beta")
+    c.add_argument('--fit', action='store_true', help="also: a fusion fitted on the split's own band pixels, two-fold across images "
+                   "(fitted on one half, scored on the other): each candidate's score w_d·(-distance) + w_p·log p + b_class, with one "
+                   "distance weight or one per class (conditional logit over the top-N)")
     c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey[,passes]] (none: the bundle's)")
@@ -147,7 +150,8 @@ def choice(a, ds, fs):
         print('per-class spread (mean squared distance per dimension to the prototype):', {ds.codes[i]: round(v.item(), 4) for i, v in enumerate(var)})
     betas = (0.25, 0.5, 1)
     if a.local: rules += [f'local beta={b}' for b in betas] + [f'local beta={b} alpha={x}' for b in betas for x in alphas]
-    right, total, band_px = dict.fromkeys(rules, 0), 0, 0
+    if a.fit: rules += ['fitted (2-fold)', 'fitted per class (2-fold)']
+    right, total, band_px, kept = dict.fromkeys(rules, 0), 0, 0, []
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
     with torch.inference_mode():
         for f in fs:
@@ -186,16 +190,45 @@ def choice(a, ds, fs):
                     d_l = torch.cdist(fe, torch.where(have, (1 - b) * V + b * L, V)) ** 2
                     picks[f'local beta={b}'] = pick(d_l)
                     for x_ in alphas: picks[f'local beta={b} alpha={x_}'] = pick(d_l - x_ * lp)
+            if a.fit: kept.append((cand, d_e.gather(1, cand), lp.gather(1, cand), g, len(kept) % 2))
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
             total += int(ok.sum())
+    if a.fit:
+        for k, per_class in (('fitted (2-fold)', False), ('fitted per class (2-fold)', True)): right[k] = fitted_right(kept, n, per_class)
     print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max: {band_px} labelled band pixels, '
           f'{total} ({total / max(band_px, 1):.3f}) with the truth in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / max(total, 1):.3f}')
     for k, t in per.items():
         r = t[:, 0] / t[:, 1].clamp_min(1)
         print(f'  per-class recall, {k}:', {ds.codes[i]: round(r[i].item(), 2) for i in range(n) if t[i, 1] > 0})
+
+def fitted_right(kept: list, n: int, per_class: bool, most: int = 200_000, seed: int = 0) -> int:
+    "Band pixels whose truth the fitted fusion picks, two-fold: weights fitted (conditional logit, L-BFGS) on the images of one fold, at most `most` pixels, and scored on the other. `kept`: per image (candidates (K,N), their squared distances (K,N), log-probabilities (K,N), truth (K,), fold)."
+    import torch
+    fold = lambda f: [torch.cat(t) for t in zip(*[k[:4] for k in kept if k[4] == f])] if any(k[4] == f for k in kept) else None
+    def scores(w, cand, d, lp):
+        wd = w[2 + n:][cand] if per_class else w[0]
+        return -wd * d + w[1] * lp + w[2:2 + n][cand]
+    right = 0
+    for f in (0, 1):
+        tr, te = fold(f), fold(1 - f)
+        if tr is None or te is None: continue
+        g = torch.Generator().manual_seed(seed); i = torch.randperm(len(tr[0]), generator=g)[:most]
+        cand, d, lp, y = (t[i] for t in tr)
+        target = (cand == y[:, None]).float().argmax(1)
+        w = torch.zeros(2 + n + (n if per_class else 0)); w[0] = 1.; w[1] = 0.3
+        if per_class: w[2 + n:] = 1.
+        w.requires_grad_(True)
+        opt = torch.optim.LBFGS([w], max_iter=100, line_search_fn='strong_wolfe')
+        def closure():
+            opt.zero_grad(); loss = torch.nn.functional.cross_entropy(scores(w, cand, d, lp), target) + 1e-4 * (w[2:] ** 2).sum(); loss.backward(); return loss
+        with torch.enable_grad(): opt.step(closure)
+        with torch.no_grad():
+            cand, d, lp, y = te
+            right += int((cand.gather(1, scores(w, cand, d, lp).argmax(1, keepdim=True))[:, 0] == y).sum())
+    return right
 
 def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0) -> tuple:
     "(per class, embeddings (K_c, C) at the training images' label-map band (as `extract_prototypes` reads them), at most `per_image` pixels per class and image, None for a class absent from training; the random generator, to go on drawing from)."
