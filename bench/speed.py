@@ -19,7 +19,7 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
 a user's would be; each time waits for the GPU to finish); its rows are written to `speed_cuda.txt` / `speed_cuda.json`.
 
 Paths (PATHS): `separate`, the embedder EmbeddingNet('mobilenet_v2', ...) computes its own backbone (default sizes: the
-light one bench/benchmark.py trains); `shared`, a SharedEmbeddingNet head of the same sizes on the base model's own
+light one bench/benchmark.py trains); `recipe`, a SharedEmbeddingNet head of the same sizes on the base model's own
 features, captured by the base forward that gives the scores, with copies of the base's last two blocks by default
 (`--train-blocks`; brefine adds the copied blocks, the head and the post-processing); `head`, the same head alone, with no
 copied blocks (HEAD: `refine_learner(dls, base=model, train_blocks=0)`); `light`, the same on a head with
@@ -27,9 +27,13 @@ copied blocks (HEAD: `refine_learner(dls, base=model, train_blocks=0)`); `light`
 closures over models built there, `post(emb)` being the post-processing; each path gives a row per size with the same
 fields, so another way of computing the embedding is one more such function in PATHS.
 
+`--base-models` takes the base models in turn: bench/benchmark.py's (`mobilenet_v2`, the default) and torchvision's
+DeepLabV3-ResNet50 (`deeplabv3_resnet50`, random weights), a heavier model like many users'. Each row also gives the
+post-processing's own cost in milliseconds per megapixel (`post_ms_per_mp`), which does not depend on the base model.
+
 Prints times and peak-memory growth as ratios to the base forward's. `--record` also writes the printout to
-bench/results/speed.txt and the rows to bench/results/speed.json (with `--device cuda`: speed_cuda.txt, speed_cuda.json) -- a list of {size ("HxW"), path, base_s,
-refine_over_base, post_over_base, peak_mem_over_base} -- and records both in bench/results/manifest.json.
+bench/results/speed.txt and the rows to bench/results/speed.json (with `--device cuda`: speed_cuda.txt, speed_cuda.json) -- a list of {size ("HxW"), path, base_model, base_s,
+refine_over_base, post_over_base, post_ms_per_mp, peak_mem_over_base} -- and records both in bench/results/manifest.json.
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
 `brefine_before` from a temporary copy), and its whole refinement (that version's embedder, built with the same seed, and
 its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of
@@ -40,12 +44,21 @@ the embedder (forward hooks). Usage:
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
         [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
 """
-import argparse, functools, importlib, importlib.util, json, os, sys, time
+import argparse, functools, importlib, importlib.util, itertools, json, os, sys, time
 from pathlib import Path
 from record import main_recorded, record, RESULTS
 
 SIZES = [(360, 480), (1024, 2048)]
-FIELDS = ('size', 'path', 'base_s', 'refine_over_base', 'post_over_base', 'peak_mem_over_base')   # a row of speed.json
+FIELDS = ('size', 'path', 'base_model', 'base_s', 'refine_over_base', 'post_over_base', 'post_ms_per_mp', 'peak_mem_over_base')   # a row of speed.json
+BASE_MODELS = ('mobilenet_v2', 'deeplabv3_resnet50')   # bench/benchmark.py's base; torchvision's DeepLabV3-ResNet50, a heavier common one
+
+def make_base(a):
+    "The base model of --base-model, 11 classes, random weights (speed only), in eval mode on --device."
+    if a.base_model == 'mobilenet_v2':
+        from benchmark import base_model
+        return base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    from torchvision.models.segmentation import deeplabv3_resnet50
+    return deeplabv3_resnet50(weights=None, weights_backbone=None, num_classes=11, aux_loss=False).eval().to(a.device)
 
 def _scene_probs(H, W, M=11):
     "Scene-like softmax probabilities (M,H,W): random classes on a 48-pixel grid, logits 4 for the class, smoothed over 9x9."
@@ -91,10 +104,9 @@ def post_processing(inf, probs, x, protos, a):
 def separate(H, W, a, post, pkg: str = 'brefine') -> dict:
     "The `separate` path: the embedder computes its own backbone from the raw image (brefine's, or that of the package `pkg`)."
     import torch, numpy as np
-    from benchmark import base_model
     EmbeddingNet = importlib.import_module(f'{pkg}.learner').EmbeddingNet
     prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
-    base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    base = make_base(a)
     torch.manual_seed(0)
     emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval().to(a.device)
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
@@ -104,13 +116,12 @@ def separate(H, W, a, post, pkg: str = 'brefine') -> dict:
                 embedding=(emb_net, lambda: emb_net(prep())))
 
 def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None, pkg: str = 'brefine') -> dict:
-    "The `shared` path: the embedder is a head on the base model's own features (`SharedEmbeddingNet` of brefine or of the package `pkg`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
+    "The `recipe` path (and, with other arguments, `head` and `light`): the embedder is a head on the base model's own features (`SharedEmbeddingNet` of brefine or of the package `pkg`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
     import torch, numpy as np
-    from benchmark import base_model
     SharedEmbeddingNet = importlib.import_module(f'{pkg}.shared_backbone').SharedEmbeddingNet
     prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
     embedding_size = importlib.import_module(f'{pkg}.learner').embedding_size
-    base = base_model(n_classes=11, pretrained=False).eval().to(a.device)
+    base = make_base(a)
     torch.manual_seed(0)
     net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks if train_blocks is None else train_blocks, fusion=fusion or a.fusion).eval()
     img = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
@@ -124,7 +135,7 @@ def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None
 
 HEAD = dict(train_blocks=0)                      # the `head` path: the shared head alone, no copied blocks
 LIGHT = dict(fusion='sum', train_blocks=0)       # the `light` path: the shared head with the light fusion, no copied blocks
-PATHS = {'separate': separate, 'shared': shared, 'head': functools.partial(shared, **HEAD), 'light': functools.partial(shared, **LIGHT)}
+PATHS = {'separate': separate, 'recipe': shared, 'head': functools.partial(shared, **HEAD), 'light': functools.partial(shared, **LIGHT)}
 
 def stages(path: str, H, W, a) -> tuple:
     "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the other version's post-processing (and with a revision its refinement); the path's (embedder, embedding closure))."
@@ -216,12 +227,14 @@ def main():
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
     ap.add_argument('--fusion', default='concat', help="the embedder head's fusion: 'concat' or 'sum' (see brefine.learner.EmbeddingHead)")
-    ap.add_argument('--train-blocks', type=int, default=None, help="the shared path's copied base blocks (default: SharedEmbeddingNet's)")
+    ap.add_argument('--train-blocks', type=int, default=None, help="the recipe path's copied base blocks (default: SharedEmbeddingNet's)")
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=lambda v: None if v.lower() == 'none' else float(v), default=None)   # on CamVid val
     ap.add_argument('--alpha', type=float, default=0.1); ap.add_argument('--vote', type=int, default=11)
     ap.add_argument('--grey', type=float, default=10., help="the vote's grey-level weight (0: none)")
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
+    ap.add_argument('--base-models', nargs='+', default=['mobilenet_v2'], choices=BASE_MODELS,
+                    help="the base models, each in turn: bench/benchmark.py's DeepLabV3-MobileNetV2, torchvision's DeepLabV3-ResNet50 (random weights)")
     ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
     ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -241,26 +254,26 @@ def run(a):
           f"{'mem refine/base':>16} {'mem post/base':>14}" + (f" {'before post/base':>17}" if a.before else '')
           + (f" {'before refine/base':>19}" if a.before and not Path(a.before).is_file() else ''))
     rows = []
-    for path in a.paths:
-        for H, W in SIZES:
-            st, embedding = stages(path, H, W, a)
-            tm, mem = timings(st, a.repeats), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
-            row = dict(size=f'{H}x{W}', path=path, base_s=round(tm['base'], 4), refine_over_base=round(tm['refine'] / tm['base'], 4),
-                       post_over_base=round(tm['post'] / tm['base'], 4), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
-            rows.append(row)
-            print(f"{row['size']:>10} {path:>9} {tm['base']:7.3f} {tm['post']:7.4f} {row['refine_over_base']:12.3f} {row['post_over_base']:10.3f} "
-                  f"{tm['floor'] / tm['base']:11.3f} {row['peak_mem_over_base']:16.2f} {mem['post'] / max(mem['base'], 1e-9):14.2f}"
-                  + (f" {tm['before'] / tm['base']:17.3f}" if a.before else '')
-                  + (f" {tm['before_refine'] / tm['base']:19.3f}" if 'before_refine' in tm else '')
-                  + f"   (peak MiB: base {mem['base']:.0f}, refine {mem['refine']:.0f}, post {mem['post']:.0f})", flush=True)
-            if a.profile:
-                pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
-                for name, f in [('post', st['post'])] + ([('before', st['before'])] if a.before else []):
-                    print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
-                    ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
-                    for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
-                print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(embedding[0]).__name__}')
-                for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')
+    for a.base_model, path, (H, W) in itertools.product(a.base_models, a.paths, SIZES):
+        st, embedding = stages(path, H, W, a)
+        tm, mem = timings(st, a.repeats), {k: peak_mib(st[k], a.device) for k in ('base', 'refine', 'post')}
+        row = dict(size=f'{H}x{W}', path=path, base_model=a.base_model, base_s=round(tm['base'], 4),
+                   refine_over_base=round(tm['refine'] / tm['base'], 4), post_over_base=round(tm['post'] / tm['base'], 4),
+                   post_ms_per_mp=round(tm['post'] * 1e3 / (H * W / 1e6), 2), peak_mem_over_base=round(mem['refine'] / max(mem['base'], 1e-9), 3))
+        rows.append(row)
+        print(f"{row['size']:>10} {path:>9} {tm['base']:7.3f} {tm['post']:7.4f} {row['refine_over_base']:12.3f} {row['post_over_base']:10.3f} "
+              f"{tm['floor'] / tm['base']:11.3f} {row['peak_mem_over_base']:16.2f} {mem['post'] / max(mem['base'], 1e-9):14.2f}"
+              + (f" {tm['before'] / tm['base']:17.3f}" if a.before else '')
+              + (f" {tm['before_refine'] / tm['base']:19.3f}" if 'before_refine' in tm else '')
+              + f"   (peak MiB: base {mem['base']:.0f}, refine {mem['refine']:.0f}, post {mem['post']:.0f})", flush=True)
+        if a.profile:
+            pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
+            for name, f in [('post', st['post'])] + ([('before', st['before'])] if a.before else []):
+                print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
+                ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
+                for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
+            print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(embedding[0]).__name__}')
+            for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')
     if a.record:
         path = RESULTS/f'{_results_name(a)}.json'; tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
         tmp.write_text(json.dumps([{k: r[k] for k in FIELDS} for r in rows], indent=1) + '\n'); os.replace(tmp, path)
