@@ -133,19 +133,23 @@ def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
     g = a if a.ndim == 2 else a[..., 0]                                               # grey, maybe with alpha
     return np.repeat(g[..., None], 3, axis=2)
 
+def _pil_image(f, rgb: bool = True):
+    "The image file `f` (of `IMAGE_FORMATS` only) as RGB pixels, or with `rgb=False` its format, by PIL. Errors name the file."
+    from brefine.data import open_image_file, ImageFormatError
+    try:
+        with open_image_file(f) as im: return np.asarray(im.convert('RGB')) if rgb else im.format
+    except (FileNotFoundError, PermissionError, MemoryError, ImageFormatError): raise
+    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
+
 def read_image(f) -> np.ndarray:
-    "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept). Errors name the file."
+    "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept); only the formats of `IMAGE_FORMATS`, by content. Errors name the file."
     import cv2
-    from PIL import Image
     f = Path(f)
     if f.stat().st_size == 0: raise ValueError(f"cannot read image {f}: the file is empty (0 bytes).")
-    if f.suffix.lower() in ('.png', '.tif', '.tiff'):       # lossless formats that can hold 16 bits
+    if _pil_image(f, rgb=False) in ('PNG', 'TIFF'):        # lossless formats that can hold 16 bits, whatever the file's name
         a = cv2.imdecode(np.fromfile(f, np.uint8), cv2.IMREAD_UNCHANGED)
         if a is not None: return _rgb(a, f)
-    try:
-        with Image.open(f) as im: return np.asarray(im.convert('RGB'))
-    except (FileNotFoundError, PermissionError, MemoryError): raise
-    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
+    return _pil_image(f)
 
 # %% ../nbs/07_cli.ipynb #edb6dbd1
 def _score_file(scores: Path, image: Path):
@@ -180,7 +184,6 @@ def _read_scores(f: Path) -> torch.Tensor:
 # %% ../nbs/07_cli.ipynb #b70b5624
 def _palette(src):
     "The palette of the PNG `src`, or of the first PNG in the folder `src`, and that file; `(None, None)` without `src`."
-    from PIL import Image
     if src is None: return None, None
     src = Path(src)
     if src.is_dir():
@@ -188,8 +191,10 @@ def _palette(src):
         if f is None: raise ValueError(f"--palette_from {src} holds no PNG to copy a palette from: pass a folder of palette label PNGs.")
     elif src.is_file(): f = src
     else: raise FileNotFoundError(f"--palette_from not found: {src}")
+    from brefine.data import open_image_file, ImageFormatError
     try:
-        with Image.open(f) as im: mode, pal = im.mode, im.getpalette()
+        with open_image_file(f, 'the --palette_from file') as im: mode, pal = im.mode, im.getpalette()
+    except ImageFormatError: raise
     except Exception as e: raise ValueError(f"cannot read {f} (--palette_from): {e}.") from None
     if mode != 'P': raise ValueError(f"{f} (--palette_from) has no palette (mode {mode}): pass palette label PNGs (mode P), "
                                      "or drop --palette_from to write plain label PNGs.")
@@ -427,10 +432,10 @@ def refine(images: str,               # folder of images (or one image file)
 # %% ../nbs/07_cli.ipynb #af1545e3
 def _read_labels(f: Path) -> np.ndarray:
     "The label map in the PNG `f` as int64 (H,W): 8-bit, palette or 16-bit; errors name the file."
-    from PIL import Image
+    from brefine.data import open_image_file, ImageFormatError
     try:
-        with Image.open(f) as im: mode, a = im.mode, np.asarray(im)
-    except (FileNotFoundError, PermissionError): raise
+        with open_image_file(f, 'label map') as im: mode, a = im.mode, np.asarray(im)
+    except (FileNotFoundError, PermissionError, ImageFormatError): raise
     except Exception as e: raise ValueError(f"cannot read label map {f}: {e}.") from None
     if a.ndim != 2 or a.dtype.kind not in 'biu':
         raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")

@@ -12,12 +12,12 @@ import numpy as np
 import cv2
 import torch
 import matplotlib.colors
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from fastai.torch_core import TensorImage, TensorMask, show_image
 from fastai.data.transforms import (Transform, ItemTransform, IntToFloatTensor, Normalize, get_image_files,
                                     FuncSplitter, RandomSplitter)
 from fastai.data.block import TransformBlock, DataBlock
-from fastai.vision.core import PILBase, PILImage, PILMask, AddMaskCodes, image2tensor, imagenet_stats, load_image
+from fastai.vision.core import PILBase, PILImage, PILMask, AddMaskCodes, image2tensor, imagenet_stats
 from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_transforms
 from torchvision.transforms.functional import gaussian_blur
 from fastcore.basics import store_attr, patch
@@ -25,9 +25,28 @@ from fastai.data.core import DataLoaders
 from .band import batch_band
 
 # %% auto #0
-__all__ = ['SYNTH_CODES', 'CAMVID_CODES', 'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock',
-           'synthetic_scene', 'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func', 'SegData', 'camvid',
-           'stanford_background']
+__all__ = ['IMAGE_FORMATS', 'SYNTH_CODES', 'CAMVID_CODES', 'ImageFormatError', 'open_image_file', 'TensorBand', 'PILBand',
+           'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock', 'synthetic_scene', 'make_synthetic_folder',
+           'dls_from_folders', 'dls_from_label_func', 'SegData', 'camvid', 'stanford_background']
+
+# %% ../nbs/02_data.ipynb #d5589131
+IMAGE_FORMATS = ('PNG', 'JPEG', 'BMP', 'TIFF', 'WEBP', 'GIF', 'PPM')   # the image formats brefine opens (PPM: also PGM and PBM)
+
+class ImageFormatError(ValueError):
+    "An image file that is not of a format brefine opens (`IMAGE_FORMATS`), or too corrupt to tell."
+
+def open_image_file(fn, what: str = 'image') -> Image.Image:
+    "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name."
+    try: return Image.open(fn, formats=IMAGE_FORMATS)
+    except UnidentifiedImageError:
+        raise ImageFormatError(f"cannot read {what} {fn}: it is not a PNG, JPEG, BMP, TIFF, WebP, GIF or PPM file, the formats "
+                               "brefine opens (judged by the file's content, not its name), or it is corrupt. Convert it to PNG, "
+                               "or replace it.") from None
+
+def _load_image(fn, what: str = 'image') -> Image.Image:
+    "The image file `fn` read whole by `open_image_file` (and closed)."
+    with open_image_file(fn, what) as im:
+        im.load(); return im.copy()
 
 # %% ../nbs/02_data.ipynb #c81c8d5c
 def _image_pixels(im: Image.Image, fn) -> Image.Image:
@@ -60,8 +79,11 @@ def _mask_pixels(im: Image.Image, fn) -> Image.Image:
 def _open(cls, fn, what: str):
     "`cls.create(fn)`; a file is read with `_image_pixels`/`_mask_pixels`, and an unreadable one is an error that names it."
     if not isinstance(fn, (str, Path)): return cls.create(fn)
-    try: im = load_image(fn)
-    except (OSError, SyntaxError, ValueError) as e:       # PIL on empty, corrupt or truncated files
+    try: im = _load_image(fn, what)
+    except ImageFormatError:
+        if Path(fn).stat().st_size: raise
+        raise ValueError(f"cannot read the {what} file {fn}: it is empty (0 bytes). Replace it, or remove it with its image or mask.") from None
+    except (OSError, SyntaxError, ValueError) as e:       # PIL on corrupt or truncated files
         raise ValueError(f"cannot read the {what} file {fn} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no details'}): "
                          "it is empty, corrupt or truncated. Replace it, or remove it with its image or mask.") from None
     im = _image_pixels(im, fn) if what == 'image' else _mask_pixels(im, fn)
@@ -275,8 +297,10 @@ def _header(f, what: str):
     "(size, None) from the header of image file `f`, or (None, why it cannot be used): no pixels are decoded."
     if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
     try:
-        with Image.open(f) as im: size, mode = im.size, im.mode
-    except (OSError, SyntaxError, ValueError): return None, f"{what} {f} is not an image file PIL can read (corrupt, or not an image)"
+        with open_image_file(f, what) as im: size, mode = im.size, im.mode
+    except (OSError, SyntaxError, ValueError):
+        return None, (f"{what} {f} is not an image file PIL can read in a format brefine opens (PNG, JPEG, BMP, TIFF, WebP, GIF "
+                      "or PPM, judged by its content, not its name): it is corrupt, or of another format")
     if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
     return size, None
 
@@ -380,22 +404,26 @@ class SegData:
     def files(self, split: str) -> list: return self.splits[split]
     def read(self, f) -> tuple:
         "(uint8 RGB image (H,W,3), uint8 label map (H,W)) of image file `f`, at its own size; the image read as for training (`_open_image`)."
-        img, lbl = np.array(_open_image(f)), np.array(Image.open(self.label_func(f)))
+        img, lbl = np.array(_open_image(f)), np.array(_load_image(self.label_func(f), 'label map'))
         if img.shape[:2] != lbl.shape: raise ValueError(f"{f} is {img.shape[1]}x{img.shape[0]} but its label map is {lbl.shape[1]}x{lbl.shape[0]}.")
         return img, lbl
     def __repr__(self): return f"SegData({self.name!r}, {', '.join(f'{k} {len(v)}' for k, v in self.splits.items())}, {self.n_classes} classes, void {self.void})"
 
 # %% ../nbs/02_data.ipynb #8c9b765e
+def _size(f) -> tuple:
+    "(width, height) of the image file `f`, from its header."
+    with open_image_file(f) as im: return im.size
+
 @patch
 def train_size(self: SegData) -> tuple:
     "(H, W) of training batches: the most common size among the training images (all of them, when they agree)."
-    return _common_size(Image.open(f).size for f in self.files('train'))
+    return _common_size(_size(f) for f in self.files('train'))
 
 @patch
 def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
     "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
     train, valid = self.files('train'), self.files('val')
-    sizes = [Image.open(f).size for f in train + valid]
+    sizes = [_size(f) for f in train + valid]
     size = _items_size(size, sizes, sizes[:len(train)])
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func, splitter=FuncSplitter(_InSet(valid)), **dkw)

@@ -184,7 +184,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
     return s
 
 # %% ../nbs/05_inference.ipynb #c12df624
-SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e4, passes=10)   # the largest value of each setting
+SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e6, passes=10)   # the largest value of each setting
 
 @dataclass(frozen=True)
 class RefineSettings:
