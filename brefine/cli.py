@@ -11,9 +11,10 @@ import torch
 from fastcore.basics import patch, ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
-from fastai.torch_core import rank_distrib
+from fastai.torch_core import rank_distrib, num_distrib
 from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device, _norm_stats
 from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _same_stats
+from .training import _distributed, _set_local_device, _init_process_group
 
 # %% auto #0
 __all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
@@ -367,16 +368,82 @@ def _make_dir(d: Path):
     except FileExistsError: raise NotADirectoryError(f"{d} is a file: pass a folder for the outputs.") from None
     except OSError as e: raise type(e)(e.errno, f"cannot create the folder {d}: {e.strerror}. Choose a folder you can write to.") from None
 
+# %% ../nbs/07_cli.ipynb #843dad98
+@contextlib.contextmanager
+def _processes():
+    "The block as one process of a torchrun launch (on its LOCAL_RANK GPU, in the process group) or alone: (rank, processes)."
+    _set_local_device(); own = _init_process_group()
+    try: yield (rank_distrib(), num_distrib()) if _distributed() else (0, 1)
+    finally:
+        if own: torch.distributed.destroy_process_group()
+
+# %% ../nbs/07_cli.ipynb #1c17b4dc
+class _CheckedByAll:
+    "Checks every process runs before any writes: if one refuses, all raise its error; else all get rank 0's `.value`."
+    value = None
+    def __enter__(self): return self
+    def __exit__(self, typ, err, tb):
+        import pickle, torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()): return False          # alone: a plain block
+        if err is not None and not isinstance(err, Exception): return False            # Ctrl-C and the like go through
+        rank, world = dist.get_rank(), dist.get_world_size()
+        try: sent = pickle.loads(pickle.dumps(err))
+        except Exception: sent = RuntimeError(f"{type(err).__name__}: {err}")       # an error that does not pickle, as text
+        got = [None] * world
+        dist.all_gather_object(got, (sent, self.value if rank == 0 else None))
+        r = next((r for r, (e, _) in enumerate(got) if e is not None), None)
+        if r is None: self.value = got[0][1]; return False
+        first = err if r == rank else got[r][0]
+        first._brefine_refused_by = (r, world)                                          # `main` prints it once, in process 0
+        if first is err: return False
+        raise first from None
+
+# %% ../nbs/07_cli.ipynb #47cb8024
+def _share(todo: list, bs: int, rank: int = 0, world: int = 1) -> list:
+    "Process `rank`'s share of the indices `todo` among `world` processes: one process's batches of `bs`, dealt in turn."
+    batches = [todo[i:i + bs] for i in range(0, len(todo), bs)]
+    return [i for b in batches[rank::world] for i in b]
+
+def _total(n: int) -> int:
+    "The sum of `n` over the processes of a launch (`n` alone); every process waits here for the others."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()): return n
+    got = [None] * dist.get_world_size(); dist.all_gather_object(got, n)
+    return sum(got)
+
 # %% ../nbs/07_cli.ipynb #f849e23d
-def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4, workers: int = 0) -> int:
+def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4, workers: int = 0,
+                progress: bool = True) -> int:
     "Refine `items` `bs` at a time, writing each label map to its `dsts` entry as soon as it is done: the number of files written."
     dl = torch.utils.data.DataLoader(items, batch_size=bs, num_workers=workers, collate_fn=items.collate)
     n = 0
-    for groups in progress_bar(dl, total=len(dl)):
+    for groups in progress_bar(dl, total=len(dl), display=progress):
         for idx, imgs, sc in groups:
             lab = ref(imgs, ifnone(model, sc))
             for i, l in zip(idx.tolist(), to_numpy(lab)): _write_png(l, dsts[i], palette); n += 1
     return n
+
+# %% ../nbs/07_cli.ipynb #fefdd585
+def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, learner, palette_from, options: dict,
+                force: bool = False, skip_existing: bool = False):
+    "`refine`'s checks of inputs and outputs, before any work: Refiner, model (or None), images, score files, outputs, indices to write, palette."
+    files, sfs = _refine_inputs(images, scores, learner)
+    if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
+    pal, pal_file = _palette(palette_from)
+    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, pal=pal, **options)   # None: it reads the --learner's model
+    dsts = [out/(f.stem + '.png') for f in files]
+    used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
+    _check_outputs(files, dsts, files + [Path(p) for p in used if p])
+    exist = [d for d in dsts if d.exists()]
+    if exist and not (force or skip_existing):
+        raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass --force to overwrite them "
+                              "or --skip_existing to keep them.")
+    todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
+    _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], scores)
+    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
+    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
+    return ref, model, files, sfs, dsts, todo, pal
 
 # %% ../nbs/07_cli.ipynb #c026ea19
 def refine(images: str,               # folder of images (or one image file)
@@ -399,34 +466,28 @@ def refine(images: str,               # folder of images (or one image file)
            skip_existing: bool = False, # leave outputs that exist alone (continue an interrupted job)
            force: bool = False):      # overwrite existing outputs (never the inputs)
     "Refine a base model's predictions for a folder of images through a DataLoader; write label PNGs."
-    _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0), passes=(passes, 1))
-    if vote and vote % 2 == 0: raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
-    if tau is not None: as_float(tau, '--tau', 0, 1, " It gates on the base top-1 probability.")
-    if alpha is not None: as_float(alpha, '--alpha', 0, hint=" It weighs the base log-probability.")
-    if grey: as_float(grey, '--grey', 1, hint=" It is the σ of the vote's grey-level weight, in grey levels; 0: no weight.")
-    images, out = Path(images), Path(out)
-    files, sfs = _refine_inputs(images, scores, learner)
-    if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
     options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey, passes=passes)
-    pal, pal_file = _palette(palette_from)
-    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, pal=pal, **options)   # None: it reads the --learner's model
-    dsts = [out/(f.stem + '.png') for f in files]
-    used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
-    _check_outputs(files, dsts, files + [Path(p) for p in used if p])
-    exist = [d for d in dsts if d.exists()]
-    if exist and not (force or skip_existing):
-        raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass --force to overwrite them "
-                              "or --skip_existing to keep them.")
-    todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
-    _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], scores)
-    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
-    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
-    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
-    _make_dir(out)
-    items = RefineItems([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], ref.prototypes.n_classes)
-    dev = default_device()                                              # the base model runs there too, not only the embedder
-    n = _refine_all(ref.to(dev), items, [dsts[i] for i in todo], None if model is None else model.to(dev), pal, bs, workers)
-    print(f"wrote {n} refined label maps to {out}" + (f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''))
+    with _processes() as (rank, world):                                 # alone, or one process of a torchrun launch
+        with _CheckedByAll() as checked:                                # all check before any writes; one refuses, all do
+            _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0), passes=(passes, 1))
+            if vote and vote % 2 == 0:
+                raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
+            if tau is not None: as_float(tau, '--tau', 0, 1, " It gates on the base top-1 probability.")
+            if alpha is not None: as_float(alpha, '--alpha', 0, hint=" It weighs the base log-probability.")
+            if grey: as_float(grey, '--grey', 1, hint=" It is the σ of the vote's grey-level weight, in grey levels; 0: no weight.")
+            ref, model, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out), bundle, checkpoint, protos,
+                                                                  learner, palette_from, options, force, skip_existing)
+            checked.value = todo
+        todo, out = checked.value, Path(out)                            # the first process's list
+        mine = _share(todo, bs, rank, world)                            # whole batches of it
+        _make_dir(out)
+        items = RefineItems([files[i] for i in mine], None if sfs is None else [sfs[i] for i in mine], ref.prototypes.n_classes)
+        dev = default_device()                                          # the base model runs there too, not only the embedder
+        n = _refine_all(ref.to(dev), items, [dsts[i] for i in mine], None if model is None else model.to(dev), pal, bs, workers,
+                        progress=rank == 0)
+        n = _total(n)
+    kept = f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''
+    if rank == 0: print(f"wrote {n} refined label maps to {out}{kept}" + (f" in {world} processes" if world > 1 else ''))
     return out
 
 # %% ../nbs/07_cli.ipynb #af1545e3
@@ -579,7 +640,10 @@ def main(argv=None) -> int:
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)  # raised inside fastai's imports
     try: COMMANDS[cmd](**args)
     except USER_ERRORS as e:
-        print(f"brefine {cmd}: error: {e}", file=sys.stderr); return 2
+        by = getattr(e, '_brefine_refused_by', None)             # (rank, processes) of a refusal that every process raises
+        if by is None or rank_distrib() == 0:                    # said once, by the first process
+            print(f"brefine {cmd}: error{f' (process {by[0]} of {by[1]})' if by and by[0] else ''}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"brefine {cmd}: interrupted", file=sys.stderr); return 130
     return 0
