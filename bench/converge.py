@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse, json, sys, time
 from pathlib import Path
 import benchmark as B
-from record import RESULTS, provenance
+from record import RESULTS, provenance, record
 
 MIN_GAIN, PLATEAU, PATIENCE, MAX_CUTS, LR, WARMUP_DIV = 0.003, 5, 10, 2, 1e-3, 25
 STATE, BEST = 'converge_state.pt', 'base_converge_best.pth'
@@ -79,13 +79,18 @@ def _moments(o, dtype):
     return o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() > 1 else o
 
 def export(a):
-    "Copy the run in `a.cache` to `a.store`: the state, its moments in bfloat16, and the kept weights."
+    "Copy the run in `a.cache` to `a.store`: the state, its moments in bfloat16, and the kept weights; record its curve so far."
     import shutil
     from brefine.core import atomic_save, safe_load
     ck = safe_load(a.cache/STATE, 'converge checkpoint')
     atomic_save(dict(ck, opt=_moments(ck['opt'], __import__('torch').bfloat16)), a.store/STATE)
     for f in sorted(a.cache.glob('base_converge_*.pth')): shutil.copyfile(f, a.store/f.name)
     B.log(f"exported epoch {ck['state']['epoch']} of {a.cache} to {a.store}")
+    curve = RESULTS/f'{a.dataset}_base_curve.json'
+    if not a.quick and curve.exists():
+        c = json.loads(curve.read_text())
+        record(curve.stem, curve, c['command'].split()[2:], sum(e['seconds'] for e in c['curve']), script='bench/converge.py',
+               started={k: c[k] for k in ('command', 'git_commit', 'date', 'machine')})
 
 def restore(a):
     "When --cache holds no run but --store does, continue from the stored one: its kept weights copied to --cache."
@@ -150,6 +155,7 @@ def main(argv=None):
                                stop_rule=RULE, extra_epochs=a.extra, **{k: v for k, v in st.items() if k != 'curve'},
                                curve=st['curve'], **started), fh, indent=1)
     B.log(f"done: {st['epoch']} epochs, best val mIoU {st['best']:.4f} at epoch {st['best_epoch']}; kept {st['kept']}; curve in {out}")
+    if not a.quick: record(out.stem, out, argv, sum(c['seconds'] for c in st['curve']), script='bench/converge.py', started=started)
 
 if __name__ == '__main__':
     main()
