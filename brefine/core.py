@@ -27,9 +27,10 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 # %% ../nbs/00_core.ipynb #183e0765
-def _model_of(embedder):
-    "The `nn.Module` inside `embedder` (a fastai Learner's `.model`, a DDP wrapper's `.module`), or `embedder` itself."
-    m = getattr(embedder, 'model', embedder)
+def _model_of(model):
+    "Your module in `model`: a fastai Learner's `.model`, a DDP wrapper's `.module`, else `model` itself (never a module's own `.model`)."
+    from fastai.learner import Learner
+    m = model.model if isinstance(model, Learner) else model
     return m.module if isinstance(m, torch.nn.parallel.DistributedDataParallel) else m
 
 def _device_of(model, default='cpu') -> torch.device:

@@ -21,7 +21,7 @@ from .core import atomic_write, _write_error, to_numpy, as_int, as_float, _model
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
 from .prototypes import Prototypes
-from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded, _eval_mode
+from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded, _eval_mode, _logits
 
 # %% auto #0
 __all__ = ['SETTING_LIMITS', 'GREY_TABLE_CLASSES', 'OBJECTIVES', 'REFINER_FORMAT', 'REFINER_VERSION', 'prepare_image',
@@ -159,10 +159,7 @@ def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> t
         if not callable(probs):
             raise TypeError(f"`probs` must be scores (tensor or numpy array) or a model, not {type(probs).__name__}.")
         m = _model_of(probs)
-        with torch.inference_mode(), _evaluating(m): out = m(x.to(_device_of(m)))
-        if isinstance(out, dict): out = out['out']
-        if isinstance(out, (tuple, list)): out = out[0]
-        s, batched = out, True
+        with torch.inference_mode(), _evaluating(m): s, batched = _logits(m(x.to(_device_of(m))), x.shape[-2:]), True
     else: s = _as_scores(probs)
     if not s.is_floating_point(): raise TypeError(f"Scores must be float probabilities or logits, got {s.dtype}.")
     if s.ndim == 3 and not batched: s = s[None]

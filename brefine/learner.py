@@ -575,11 +575,11 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
         net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
         if backbone_init is not None: init_backbone(net, backbone_init)
     else:
-        from brefine.shared_backbone import SharedEmbeddingNet, _base_of
+        from brefine.shared_backbone import SharedEmbeddingNet
         if backbone_init is not None: raise ValueError("backbone_init does not apply with base=: the embedder reads the base model's own backbone.")
         net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(SharedEmbeddingNet).parameters if k in kwargs})
         _check_base_learner(dls, base)
-        net = SharedEmbeddingNet(_base_of(base), emb_dim, normalize=normalize, **net_kw)
+        net = SharedEmbeddingNet(_model_of(base), emb_dim, normalize=normalize, **net_kw)
     if feature_views is not None:
         from brefine.shared_backbone import FeatureCache
         cbs = [FeatureCache(as_int(feature_views, 'feature_views', 1), bf16)] + listify(cbs)

@@ -145,13 +145,21 @@ def _multiscale(tr: _Trace) -> tuple:
         if any(f['stride'] == 4 for f in maps) and any(f['stride'] > 4 for f in maps): return n, maps
     return '', []
 
+def _upsampled_scores(tr: _Trace) -> set:
+    "Ids of the maps of trace `tr` that the model's scores are a bilinear upsampling of (its classifier's output): never a feature."
+    out = next((t for _, t in _maps([getattr(tr.out, 'logits', None), tr.out])), None)
+    if out is None or out.is_meta: return set()                              # (a model on the meta device has no values)
+    up = lambda t, ac: F.interpolate(t.float(), out.shape[-2:], mode='bilinear', align_corners=ac)
+    return {id(f['t']) for f in tr.feats if f['t'].shape[:2] == out.shape[:2] and f['t'].shape[-2:] != out.shape[-2:]
+            and any(torch.allclose(up(f['t'], ac), out.float(), rtol=1e-3, atol=1e-4) for ac in (False, True))}
+
 def _candidates(model: nn.Module, tr: _Trace, root: str | None = None) -> tuple:
     "(root, its feature maps, each once and named after the outermost module inside root that computes it): a multi-scale output's maps, else those of `.backbone` or `.encoder`, else all the model's (root=''), less its scores."
     root_ms, maps = _multiscale(tr) if root is None else ('', [])
     if maps: root = root_ms
     else:
         if root is None: root = next((k for k in ('backbone', 'encoder') if isinstance(getattr(model, k, None), nn.Module) and k in tr.calls), '')
-        scores = {id(t) for _, t in _maps([tr.out, getattr(tr.out, 'logits', None)])}
+        scores = {id(t) for _, t in _maps([tr.out, getattr(tr.out, 'logits', None)])} | _upsampled_scores(tr)
         maps = [f for f in tr.feats if not f['path'] and _inside(f['mod'], root) and id(f['t']) not in scores]
     seen = set()
     return root, [_outermost(tr, f, root) for f in maps if not (id(f['t']) in seen or seen.add(id(f['t'])))]
@@ -250,12 +258,6 @@ def _logits(out, size=None) -> torch.Tensor:
                         "models), a tuple whose first item they are, or an object with them as .logits (as transformers' models). "
                         "Wrap the model in a module whose forward returns the scores.")
     return out
-
-def _base_of(base):
-    "Your model in `base`: a fastai Learner's `.model`, a DistributedDataParallel's `.module`, else `base` itself (never a module's own `.model`)."
-    from fastai.learner import Learner
-    m = base.model if isinstance(base, Learner) else base
-    return m.module if isinstance(m, nn.parallel.DistributedDataParallel) else m
 
 # %% ../nbs/03b_shared_backbone.ipynb #e3ea2e5b
 TRAIN_BLOCKS = 2     # blocks that train with the head by default, where the base model has them
@@ -443,7 +445,7 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     want = d.get('base') if isinstance(d.get('base'), dict) else {}
     what = f"a {want.get('model', 'base model')}'s layers {want.get('low')!r} and {want.get('high')!r}"
     if base is None: raise BaseModelNeeded(source, what)
-    base = _base_of(base)
+    base = _model_of(base)
     try: net = SharedEmbeddingNet(base, **d['config'])
     except Exception as e: raise ValueError(f"{source} needs {what}, which this {type(base).__name__} does not give ({type(e).__name__}: {e})") from None
     got = net.base_layers(weights=False)
@@ -545,12 +547,12 @@ class FeatureCache(Callback):
 # %% ../nbs/03b_shared_backbone.ipynb #b3a42020
 def reads_base(embedder, base) -> bool:
     "Whether `embedder` (a module or a Learner) is a `SharedEmbeddingNet` that reads the features of the model `base` (a module or a Learner)."
-    net, base = _model_of(embedder), _base_of(base)
+    net, base = _model_of(embedder), _model_of(base)
     return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
 
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
     "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`, each model reading them on its own device: one base forward when `reads_base(embedder, base)`."
     net = _model_of(embedder)
     if reads_base(net, base): out, emb = net.forward_with_base(x.to(_device_of(net)))
-    else: b = _base_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
+    else: b = _model_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
     return _logits(out, x.shape[-2:]), emb

@@ -214,7 +214,6 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
 def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None, feature_views=None, low=None, high=None) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
     from brefine.learner import embedder_from_state
-    from brefine.shared_backbone import _base_of
     _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks,
                                                         feature_views=feature_views, low=low, high=high))
     if ck is not None:
@@ -223,10 +222,10 @@ def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_b
             if v is not None and v != ck['config'].get(k):
                 raise ValueError(f"{k}={v!r}, but the run in {out} reads {ck['config'].get(k)!r}: drop {k} to resume it.")
         embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
-        return dict(ck['config'], base=_base_of(base))
+        return dict(ck['config'], base=_model_of(base))
     given = {k: v for k, v in dict(emb_dim=emb_dim, fusion=fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
     if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None, **given)
-    return dict(base=_base_of(base), train_blocks=train_blocks, low=low, high=high, **given)
+    return dict(base=_model_of(base), train_blocks=train_blocks, low=low, high=high, **given)
 
 
 # %% ../nbs/03a_training.ipynb #813faca7
