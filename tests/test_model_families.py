@@ -79,7 +79,8 @@ class TimmSeg(nn.Module):
     def forward(self, x): return F.interpolate(self.head(self.backbone(x)[-1]), x.shape[-2:], mode='bilinear')
 
 @pytest.mark.parametrize('name, low, high', [('mobilenetv3_small_050', 'backbone.blocks.0', 'backbone.blocks.5'),
-                                             ('efficientnet_b0', 'backbone.blocks.1', 'backbone.blocks.6')])
+                                             ('efficientnet_b0', 'backbone.blocks.1', 'backbone.blocks.6'),
+                                             ('mobilenetv4_conv_small', 'backbone.blocks.0', 'backbone.blocks.4')])
 def test_timm_features_only(data, tmp_path, name, low, high):
     learn = _recipe(TimmSeg(name), data, tmp_path, low, high, 2)
     assert [type(b).__name__ for b in learn.model.blocks] == ['Sequential'] * 2     # copies of the last two stages
