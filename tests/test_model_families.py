@@ -98,3 +98,24 @@ def test_unreadable_output_refused(data):
         def forward(self, x): return [self.body(x)]
     with pytest.raises(TypeError, match="The base model returned a list of 1 items: expected its per-class scores"):
         refine_learner(data[1], base=Features(), emb_dim=8)
+
+def test_cli_train_on_families(data, tmp_path):
+    "`brefine train --learner` on exported Learners of smp models (a ResNet and a timm encoder), no layer names: the layers are found as in Python."
+    import subprocess, sys
+    from fastai.data.core import Datasets
+    from fastai.learner import Learner
+    smp = _need('segmentation_models_pytorch')
+    path, _ = data
+    (path/'codes.txt').write_text('\n'.join(SYNTH_CODES))
+    ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
+    for name, model, want in [('unet', smp.Unet('resnet18', encoder_weights=None, classes=N), ('encoder.layer1', 'encoder.layer4')),
+                              ('fpn', smp.FPN('tu-mobilenetv3_small_050', encoder_weights=None, classes=N),
+                               ('encoder.model.blocks.0', 'encoder.model.blocks.5'))]:
+        Learner(ds.dataloaders(bs=1), model, loss_func=nn.CrossEntropyLoss()).export(tmp_path/f'{name}.pkl')
+        ck = tmp_path/f'{name}.pt'
+        r = subprocess.run([sys.executable, '-c', 'import sys; from brefine.cli import main; sys.exit(main())', 'train', str(path),
+                            '--out', str(ck), '--learner', str(tmp_path/f'{name}.pkl'), '--emb_dim', '8', '--epochs', '1', '--bs', '2'],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        saved = torch.load(ck, weights_only=True)
+        assert (saved['kind'], saved['config']['low'], saved['config']['high']) == ('shared', *want), saved['config']
