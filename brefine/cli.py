@@ -312,7 +312,7 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
     from dataclasses import replace
     from brefine.inference import Refiner
     from brefine.learner import load_embedder
-    from brefine.prototypes import Prototypes
+    from brefine.prototypes import Prototypes, EmbedderMismatch
     from brefine.shared_backbone import BaseModelNeeded
     if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     try:
@@ -323,6 +323,8 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
         raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "
                          "not enough: pass '-' as SCORES and the model as --learner FILE (an exported fastai Learner; loading it "
                          "unpickles the file, so only one you trust).") from None
+    except EmbedderMismatch as e:                                       # Refiner.load names a bundle's files itself
+        raise (e if bundle else e.named(f'--protos {protos}', f'--checkpoint {checkpoint}')) from None
     ref.settings = replace(ref.settings, **_options(options, ref.prototypes.n_classes, pal))
     return ref
 

@@ -20,7 +20,7 @@ except ImportError: fcntl = None
 from .core import atomic_write, _write_error, to_numpy, as_int, as_float, _model_of, _device_of, _plain, _embedding
 from .band import batch_band
 from .learner import sample_features, save_embedder, load_embedder
-from .prototypes import Prototypes
+from .prototypes import Prototypes, EmbedderMismatch
 from .shared_backbone import reads_base, embed_with_base, BaseModelNeeded, _eval_mode, _logits
 
 # %% auto #0
@@ -714,6 +714,8 @@ class Refiner(GetAttr):
     def __setattr__(self, k, v):
         if k in _SETTING_NAMES: k, v = 'settings', replace(self.settings, **{k: v})   # ref.radius = 8: new settings, checked
         if k == 'settings': _settings(v, {}).for_classes(self.prototypes.n_classes)     # a bad top_n fails now, not at the first call
+        if k == 'prototypes' and 'embedder' in self.__dict__ and isinstance(v, Prototypes): v.check_embedder(self.embedder)
+        if k == 'embedder' and 'prototypes' in self.__dict__: self.prototypes.check_embedder(v)   # parts made together, or refused
         super().__setattr__(k, v)
 
     def __call__(self, img, probs):
@@ -862,4 +864,5 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
     if device is not None: net.to(device)
     kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
     try: return cls(net, protos, **kw)
+    except EmbedderMismatch as e: raise e.named(path/files['prototypes'], path/files['embedder']) from None
     except (TypeError, ValueError) as e: raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None

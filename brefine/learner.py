@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_learner.ipynb #29162483
 from __future__ import annotations
-import inspect, importlib
+import inspect, importlib, hashlib, json
 from pathlib import Path
 from urllib.parse import urlparse
 import torch
@@ -26,9 +26,9 @@ importlib.import_module('fastai.callback.progress')   # and no_bar
 __all__ = ['RESNETS', 'MOBILENETS', 'TORCHVISION_BACKBONES', 'FUSIONS', 'EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'N_TRIPLETS',
            'EMB_BUDGET_PX', 'torchvision_model', 'EmbeddingHead', 'embedding_size', 'EmbeddingNet',
            'DeepLabV3MobileNetV2', 'embedder_state', 'check_embedder_state', 'embedder_from_state', 'save_embedder',
-           'load_embedder', 'embedding_splitter', 'sample_features', 'band_features', 'feature_distance',
-           'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets', 'init_backbone',
-           'StopOnNaN', 'refine_learner', 'budget_epochs', 'ChannelsLastTraining', 'BF16Training']
+           'load_embedder', 'embedder_fingerprint', 'embedding_splitter', 'sample_features', 'band_features',
+           'feature_distance', 'triplet_losses', 'sample_triplets', 'TripletLoss', 'TripletCallback', 'ActiveTriplets',
+           'init_backbone', 'StopOnNaN', 'refine_learner', 'budget_epochs', 'ChannelsLastTraining', 'BF16Training']
 
 # %% ../nbs/03_learner.ipynb #e1509adb
 RESNETS = ('resnet18', 'resnet34', 'resnet50', 'resnet101')
@@ -297,6 +297,17 @@ def save_embedder(net, path) -> Path:
 def load_embedder(path, base=None):
     "The embedder in the file `path` (from `save_embedder`, `brefine train` or a `Refiner` bundle), in eval mode; `base`: the model a shared one reads. Never runs code from the file."
     return embedder_from_state(safe_load(path, 'embedder checkpoint'), path, base)
+
+# %% ../nbs/03_learner.ipynb #c98dfbde
+def embedder_fingerprint(net) -> str|None:
+    "SHA-256 (hex) of `net`'s kind, `config` and weights (a module, or a Learner holding one), read on the CPU; None for an embedder that is no module."
+    net = _model_of(net)
+    if not isinstance(net, nn.Module): return None
+    h = hashlib.sha256(json.dumps([type(net).__name__, getattr(net, 'config', None)], sort_keys=True, default=repr).encode())
+    for k, v in sorted(net.state_dict().items()):
+        t = v.detach().cpu().contiguous().reshape(-1)
+        h.update(f'|{k}|{t.dtype}|{tuple(v.shape)}|'.encode()); h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 # %% ../nbs/03_learner.ipynb #9a4c14d1
 def embedding_splitter(model) -> list:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_prototypes.ipynb #5daba0f2
 from __future__ import annotations
-import math
+import math, re
 from pathlib import Path
 import numpy as np
 import torch
@@ -13,10 +13,10 @@ from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
 from .core import atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain, _norm_stats, _embedding
 from .band import batch_band
-from .learner import band_features
+from .learner import band_features, embedder_fingerprint
 
 # %% auto #0
-__all__ = ['PROTOTYPES_FORMAT', 'PROTOTYPES_VERSION', 'Prototypes', 'extract_prototypes']
+__all__ = ['PROTOTYPES_FORMAT', 'PROTOTYPES_VERSION', 'RAW_LIMIT', 'Prototypes', 'EmbedderMismatch', 'extract_prototypes']
 
 # %% ../nbs/04_prototypes.ipynb #87c6f806
 def _class_names(names, n: int) -> list|None:
@@ -65,7 +65,8 @@ class Prototypes:
                  train_radius: int = 3,    # radius of the ground-truth band the vectors were averaged over
                  mean: tuple|None = None,  # per-channel image mean (0..1 scale) the embedder expects, for raw images
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
-                 ignore_index: int|None = None):
+                 ignore_index: int|None = None,
+                 fingerprint: str|None = None):  # `embedder_fingerprint` of the embedder that made the vectors; None: unknown
         vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), torch.as_tensor(counts, dtype=torch.int64)
         if vectors.ndim != 2: raise ValueError(f"Prototype vectors must be (classes, emb_dim), got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
@@ -80,6 +81,9 @@ class Prototypes:
         self.train_radius = as_int(train_radius, 'train_radius', lo=0)
         self.mean, self.std = _norm_pair(mean, std)
         self.ignore_index = None if ignore_index is None else as_int(ignore_index, 'ignore_index')
+        if fingerprint is not None and not (isinstance(fingerprint, str) and re.fullmatch('[0-9a-f]{64}', fingerprint)):
+            raise ValueError(f"fingerprint must be an embedder's SHA-256 (64 hex digits, from embedder_fingerprint) or None, got {fingerprint!r}.")
+        self.fingerprint = fingerprint
 
     @property
     def present(self) -> torch.Tensor: return self.counts > 0
@@ -92,7 +96,8 @@ class Prototypes:
 
     def to(self, device):
         "A copy whose vectors live on `device`."
-        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names, self.train_radius, self.mean, self.std, self.ignore_index)
+        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names, self.train_radius, self.mean, self.std, self.ignore_index,
+                         self.fingerprint)
         return res
 
     def __repr__(self):
@@ -103,7 +108,7 @@ class Prototypes:
 def _proto_state(p: Prototypes) -> dict:
     return dict(format=PROTOTYPES_FORMAT, version=PROTOTYPES_VERSION, vectors=p.vectors.detach().cpu(), counts=p.counts.detach().cpu(),
                 names=p.names, train_radius=p.train_radius, mean=list(p.mean) if p.mean else None, std=list(p.std) if p.std else None,
-                ignore_index=p.ignore_index)
+                ignore_index=p.ignore_index, fingerprint=p.fingerprint)
 
 def _proto_from_state(d, path='<state>') -> Prototypes:
     if not isinstance(d, dict) or d.get('format') != PROTOTYPES_FORMAT:
@@ -116,7 +121,8 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     names = d.get('names')
     if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
     try:
-        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', 3)), d.get('mean'), d.get('std'), d.get('ignore_index'))
+        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', 3)), d.get('mean'), d.get('std'), d.get('ignore_index'),
+                          d.get('fingerprint'))   # older files: None, unknown
     except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
 
@@ -130,12 +136,63 @@ def load(cls: Prototypes, path) -> Prototypes:
     "Read prototypes written by `Prototypes.save`, validating them; never executes code from the file."
     return _proto_from_state(safe_load(path, 'prototypes file'), path)
 
+# %% ../nbs/04_prototypes.ipynb #413f4a1c
+def _arch(net) -> str:
+    "What `net` is, in words: its class, its backbone and its embedding size where it has them."
+    cfg, dim = getattr(net, 'config', None), getattr(net, 'emb_dim', None)
+    return (type(net).__name__ + (f" on {cfg['backbone']}" if isinstance(cfg, dict) and 'backbone' in cfg else '')
+            + (f", {dim}-dim" if isinstance(dim, int) else ''))
+
+class EmbedderMismatch(ValueError):
+    "Prototypes (from `source`) that another embedder than the one from `embedder_source` made; `why` says how they differ."
+    def __init__(self, source, embedder_source, why: str):
+        self.source, self.embedder_source, self.why = source, embedder_source, why
+        super().__init__(f"The prototypes ({source}) were made by another embedder than {embedder_source} ({why}): its embeddings "
+                         "and these prototypes lie in different spaces, and the refined labels would be wrong. Re-run "
+                         "extract_prototypes with this embedder (`brefine prototypes EMBEDDER DATA`) and use those prototypes, "
+                         "or use the embedder that made them.")
+    def named(self, source, embedder_source) -> EmbedderMismatch:
+        "The same mismatch, naming the files or arguments the two parts came from."
+        return EmbedderMismatch(source, embedder_source, self.why)
+
+# %% ../nbs/04_prototypes.ipynb #80bfd863
+@patch
+def check_embedder(self: Prototypes, embedder, source='`prototypes`', embedder_source='`embedder`') -> Prototypes:
+    "`self` when `embedder` (a module or a Learner) can have made these prototypes: the same embedding size, and the same `embedder_fingerprint` where they record one; else an `EmbedderMismatch` naming `source` and `embedder_source`."
+    net = _model_of(embedder)
+    dim = getattr(net, 'emb_dim', None)
+    if isinstance(dim, int) and dim != self.emb_dim:
+        raise EmbedderMismatch(source, embedder_source, f"they are {self.emb_dim}-dim, and it gives {dim}-dim embeddings: {_arch(net)}")
+    fp = None if self.fingerprint is None else embedder_fingerprint(net)
+    if fp is not None and fp != self.fingerprint:
+        raise EmbedderMismatch(source, embedder_source, f"they record the embedder of fingerprint {self.fingerprint[:16]}, and this "
+                               f"one ({_arch(net)}) has {fp[:16]}")
+    return self
+
 # %% ../nbs/04_prototypes.ipynb #ce9d8b10
 def _split_batch(b):
     if not isinstance(b, (tuple, list)) or len(b) < 2:
         raise ValueError("Each batch must be (images, masks) or (images, masks, band); got "
                          f"{type(b).__name__} of length {len(b) if hasattr(b, '__len__') else '?'}.")
     return b[0], b[1]
+
+# %% ../nbs/04_prototypes.ipynb #5eb905d3
+RAW_LIMIT = 20.   # the largest |value| taken for normalised images, unless their statistics allow more
+
+def _check_batch(imgs, masks, i: int, mean=None, std=None):
+    "Refuse batch `i` when its `masks` do not fit its `imgs`, or when the images look like raw 0..255 pixels, far beyond normalised ones."
+    if masks.shape[0] != imgs.shape[0]: raise ValueError(f"Batch {i} holds {imgs.shape[0]} images but {masks.shape[0]} masks: pass one mask per image.")
+    if masks.shape[-2:] != imgs.shape[-2:]:
+        raise ValueError(f"Batch {i}: the masks are {tuple(masks.shape[-2:])} (height, width) but the images are {tuple(imgs.shape[-2:])}: "
+                         "each mask must label its image's pixels. Resize the masks to their images' size (nearest-neighbour, so "
+                         "labels stay labels), or build the batches with brefine.data's loaders, which keep them together.")
+    top = float(imgs.abs().amax()) if imgs.numel() else 0.
+    bound = 3. if mean is None else max(3., *(max(1 - m, m) / s for m, s in zip(mean, std)))
+    if top > max(RAW_LIMIT, 2 * bound):
+        raise ValueError(f"Batch {i}'s images have values up to {top:.4g}, but normalised images stay within about ±{bound:.2g}: they "
+                         "look like raw 0..255 pixels, which would make the prototypes hundreds of times too large. Normalise them "
+                         "as the embedder was trained (divide by 255, subtract the mean, divide by the std: fastai's Normalize, e.g. "
+                         "with imagenet_stats), or turn raw uint8 images into its input with brefine.inference.prepare_image(img, mean, std).")
 
 # %% ../nbs/04_prototypes.ipynb #0fe2988f
 @torch.inference_mode()
@@ -158,13 +215,14 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
     model = _model_of(embedder)
     was_training = model.training if isinstance(model, nn.Module) else False
     if isinstance(model, nn.Module): model.eval()
-    dev = _device_of(model)
+    dev, fingerprint = _device_of(model), embedder_fingerprint(model)
     sums, counts = None, torch.zeros(n_classes, dtype=torch.int64, device=dev)
     try:
         for i, b in enumerate(progress_bar(data, leave=False) if progress else data):
             imgs, masks = _split_batch(b)
             imgs, masks = _plain(imgs).to(dev), _plain(masks).to(dev).long()
             if masks.ndim == 2: imgs, masks = imgs[None], masks[None]
+            _check_batch(imgs, masks, i, mean, std)
             bad = (masks >= n_classes) | (masks < 0)
             if ignore_index is not None: bad &= masks != ignore_index
             if bad.any():
@@ -193,4 +251,4 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
     if names is None:                                       # the data's vocab, when it names exactly the classes
         vocab = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
         names = [str(o) for o in vocab] if vocab is not None and len(vocab) == n_classes else None
-    return Prototypes(vectors.cpu(), counts.cpu(), names, train_radius, mean, std, ignore_index)
+    return Prototypes(vectors.cpu(), counts.cpu(), names, train_radius, mean, std, ignore_index, fingerprint)
