@@ -127,13 +127,14 @@ def main(argv=None):
         B.log(f"resumed from {stored or f} after epoch {st['epoch']} (best {st['best']:.4f} at epoch {st['best_epoch']})")
     started = provenance('bench/converge.py', argv)
     target = lambda: (st['stopped_at'] + a.extra) if st['stopped_at'] is not None else a.max_epochs
+    trained = 0                                          # epochs this invocation trains
     with learn.no_bar(), learn.no_logging():
         while st['epoch'] < min(target(), a.max_epochs + a.extra):
             t0, ep = time.perf_counter(), st['epoch']
             cbs = [ParamScheduler({'lr': SchedCos(LR / WARMUP_DIV, LR)})] if ep == 0 else []
             learn.fit(1, lr=st['lr'], cbs=cbs)
             tl, vl, miou = learn.recorder.values[-1]
-            st['epoch'] = ep + 1
+            st['epoch'], trained = ep + 1, trained + 1
             st['curve'].append(dict(epoch=ep + 1, val_miou=float(miou), val_loss=float(vl), train_loss=float(tl), lr=st['lr'],
                                     seconds=round(time.perf_counter() - t0, 1)))
             new_best = miou > st['best']
@@ -155,7 +156,7 @@ def main(argv=None):
                                stop_rule=RULE, extra_epochs=a.extra, **{k: v for k, v in st.items() if k != 'curve'},
                                curve=st['curve'], **started), fh, indent=1)
     B.log(f"done: {st['epoch']} epochs, best val mIoU {st['best']:.4f} at epoch {st['best_epoch']}; kept {st['kept']}; curve in {out}")
-    if not a.quick: record(out.stem, out, argv, sum(c['seconds'] for c in st['curve']), script='bench/converge.py', started=started)
+    if trained and not a.quick: record(out.stem, out, argv, sum(c['seconds'] for c in st['curve']), script='bench/converge.py', started=started)
 
 if __name__ == '__main__':
     main()
