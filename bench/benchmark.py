@@ -403,11 +403,9 @@ def oracle_labels(probs, gt, void, settings):
     return relabel(emb[None], probs[None], eye, settings)[0].numpy().astype(np.uint8)
 
 def best_row(table, keep):
-    "The setting of calibration `table` that `OBJECTIVES['mean']` ranks highest among the base answer (the first row) and the rows `keep` accepts."
-    from dataclasses import fields
-    from brefine.inference import OBJECTIVES, RefineSettings
-    r = max([table[0]] + [r for r in table[1:] if keep(r)], key=lambda r: OBJECTIVES['mean'](r['boundary_f1'], r['miou']))
-    return RefineSettings(**{f.name: r[f.name] for f in fields(RefineSettings)}), r
+    "The `RefineSettings` that calibration's own rule (`_best`) chooses from `table` among the base answer (the first row) and the rows `keep` accepts."
+    from brefine.inference import _best, _settings_of, OBJECTIVES
+    return _settings_of(_best(table[:1] + [r for r in table[1:] if keep(r)], OBJECTIVES['mean']))
 
 def save_figure(path, ds, fs, preds, gts, n=3):
     "Image, base, DenseCRF, brefine, ground truth for the `n` test images where brefine removes most wrong pixels."
@@ -486,8 +484,8 @@ def run(args, argv, dest):
             grid = dict(QUICK_CAL, alphas=(0.,), votes=(5,)) if args.quick else dict(alphas=(0.,), votes=(5, 9, 11))
             vcal = vote_ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, **grid)
         fits = lambda r: budget is None or r['seconds'] <= budget
-        ablation = dict(vote_only=vote_ref.settings, prototypes_only=best_row(cal['table'], lambda r: r['vote'] == 0 and fits(r))[0],
-                        oracle=replace(best_row(cal['table'], lambda r: r['top_n'] > 1 and r['vote'] == 0)[0], alpha=0.))
+        ablation = dict(vote_only=vote_ref.settings, prototypes_only=best_row(cal['table'], lambda r: r['vote'] == 0 and fits(r)),
+                        oracle=replace(best_row(cal['table'], lambda r: r['top_n'] > 1 and r['vote'] == 0), alpha=0.))
         log(f'  ablation settings chosen on val: {ablation}; the vote alone: val BF {vcal["boundary_f1"]:.4f} mIoU {vcal["miou"]:.4f}')
     with stage('val: DenseCRF grid'): crf_cfg, n_crf = tune_crf(args, ds, vimgs, vprobs, vgts)
     del vprobs
