@@ -36,7 +36,7 @@ from record import RESULTS, printout
 
 def parse_setting(s: str):
     "radius,top_n,tau,alpha,vote[,grey[,passes]] as a `RefineSettings` (tau 'none': no gate)."
-    from brefine.inference import RefineSettings
+    from brefine.refine import RefineSettings
     try:
         r, k, t, a, v, *g = s.split(',')
         if len(g) > 2: raise ValueError
@@ -136,8 +136,8 @@ def errors(a, ds, fs):
 def choice(a, ds, fs):
     import numpy as np, torch, torch.nn.functional as F
     from brefine.band import batch_band
-    from brefine.learner import sample_features
-    from brefine.inference import prepare_image
+    from brefine.triplets import sample_features
+    from brefine.inputs import prepare_image
     base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
@@ -234,8 +234,8 @@ def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0
     "(per class, embeddings (K_c, C) at the training images' label-map band (as `extract_prototypes` reads them), at most `per_image` pixels per class and image, None for a class absent from training; the random generator, to go on drawing from)."
     import numpy as np, torch
     from brefine.band import batch_band
-    from brefine.learner import sample_features
-    from brefine.inference import prepare_image
+    from brefine.triplets import sample_features
+    from brefine.inputs import prepare_image
     g, feats = torch.Generator().manual_seed(seed), [[] for _ in range(ds.n_classes)]
     with torch.inference_mode():
         for f in ds.files('train'):
@@ -270,7 +270,9 @@ def class_spread(feats: list, vectors):
 # ------------------------------------------------------------------------------------------------------------- settings
 def settings(a, ds, fs):
     import torch
-    from brefine.inference import prepare_image, relabel, grey_levels
+    from brefine.inputs import prepare_image
+    from brefine.vote import grey_levels
+    from brefine.refine import relabel
     from brefine.metrics import mean_iou, boundary_f1
     base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     cache, gts = [], []

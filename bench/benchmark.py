@@ -153,7 +153,7 @@ def parse_args(argv=None):
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
     if a.feature_views is not None and (a.embedder != 'shared' or a.feature_views < 1): p.error(f'--feature-views takes N >= 1 with --embedder shared, got {a.feature_views}')
     if a.fusion is not None:
-        from brefine.learner import FUSIONS
+        from brefine.embedder import FUSIONS
         if a.fusion not in FUSIONS: p.error(f'--fusion must be one of {", ".join(FUSIONS)}, got {a.fusion!r}')
     if a.post_budget is not None and not a.post_budget > 0: p.error(f'--post-budget must be > 0, got {a.post_budget}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
@@ -207,7 +207,7 @@ def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_bu
 # ----------------------------------------------------------------------------------------------------------- base model
 def base_model(n_classes: int, pretrained: bool = True):
     "DeepLabV3 with a MobileNetV2 backbone at output stride 16 (`brefine.learner.DeepLabV3MobileNetV2`); logits at the input size."
-    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.backbones import DeepLabV3MobileNetV2
     return DeepLabV3MobileNetV2(n_classes, pretrained)
 
 class BaseLoss:
@@ -275,7 +275,7 @@ def get_base(args, ds, dls_fn, n_epochs):
 def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
                 fusion: str|None = None, feature_views: int|None = None):
     "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
-    from brefine.inference import Refiner
+    from brefine.refiner import Refiner
     f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion, feature_views)
     for k in ('base', 'refiner'):
         if k == 'base' and (Path(cache)/GIVEN_BASE).exists(): continue
@@ -286,13 +286,14 @@ def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_bu
 def base_probs_of(model, img):
     "(M,H,W) float32 softmax probabilities of the base model for a uint8 (H,W,3) image."
     import torch
-    from brefine.inference import prepare_image
+    from brefine.inputs import prepare_image
     with torch.inference_mode(): return model(prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0]).softmax(1)[0].contiguous()
 
 # -------------------------------------------------------------------------------------------------------------- brefine
 def get_embedder(args, ds, dls_fn, base, n_epochs):
     "The trained embedder (and its cache file), from the cache or trained now."
-    from brefine.learner import refine_learner, load_embedder, save_embedder
+    from brefine.embedder_io import load_embedder, save_embedder
+    from brefine.learner import refine_learner
     shared = args.embedder == 'shared'
     f = args.cache/emb_file_name(args.embedder, n_epochs, args.train_blocks, args.bf16, args.fusion, args.feature_views)
     if f.exists(): log(f'embedder loaded from {f}'); return load_embedder(f, base=base if shared else None), f
@@ -308,7 +309,7 @@ def get_embedder(args, ds, dls_fn, base, n_epochs):
 def prototype_batches(ds, bs=4):
     "The training images without augmentation, normalised as in training, in (images, masks) batches of one size."
     import torch, numpy as np
-    from brefine.inference import prepare_image
+    from brefine.inputs import prepare_image
     batch = []
     def out():
         return (torch.cat([prepare_image(im, IMAGENET_MEAN, IMAGENET_STD)[0] for im, _ in batch]),
@@ -349,7 +350,7 @@ def scores(ds, preds, gts):
 def tune_crf(args, ds, imgs, probs, gts):
     "The bilateral setting with the best objective on an evenly spaced subset of the validation images."
     import numpy as np
-    from brefine.inference import OBJECTIVES
+    from brefine.calibration import OBJECTIVES
     rank = OBJECTIVES['mean']
     idx = np.unique(np.linspace(0, len(imgs) - 1, min(args.crf_val, len(imgs))).round().astype(int))
     grid, best = (QUICK_CRF if args.quick else CRF_GRID), None
@@ -372,7 +373,7 @@ BUDGETS = (0.05, 0.12, 0.2, 0.35, 0.5, None)   # post-processing budgets, as fra
 def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
     "Markdown rows: for each budget (a fraction of the base forward `base_s`; None: none), the setting `calibrate` chooses from `table` within it, its val scores and post-processing time."
     from dataclasses import asdict
-    from brefine.inference import _best, _settings_of, OBJECTIVES
+    from brefine.calibration import _best, _settings_of, OBJECTIVES
     rows = ['| post-processing budget (x base) | chosen on val | val mIoU | val boundary F | ms / image | x base |', '|---|---|---:|---:|---:|---:|']
     for b in budgets:
         r = _best(table, OBJECTIVES['mean'], None if b is None else b * base_s)
@@ -385,7 +386,7 @@ def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
 def constant_refiner(n_classes: int, mean, std):
     "A `Refiner` whose embedding is the same everywhere: every candidate is equally near, so a band pixel keeps the base answer and only a vote re-decides it (the vote alone)."
     import torch
-    from brefine.inference import Refiner
+    from brefine.refiner import Refiner
     from brefine.prototypes import Prototypes
     class Constant(torch.nn.Module):
         def forward(self, x): return x.new_zeros(x.shape[0], 1, x.shape[2] // 4, x.shape[3] // 4)
@@ -394,7 +395,7 @@ def constant_refiner(n_classes: int, mean, std):
 def oracle_labels(probs, gt, void, settings):
     "The oracle: the base answer, with each band pixel of `settings` given the true class of `gt` when it is among its top-N candidates (by a one-hot embedding of the truth, void pixels none)."
     import numpy as np, torch, torch.nn.functional as F
-    from brefine.inference import relabel
+    from brefine.refine import relabel
     from brefine.prototypes import Prototypes
     M = probs.shape[0]
     t = torch.from_numpy(gt.astype(np.int64))
@@ -404,7 +405,7 @@ def oracle_labels(probs, gt, void, settings):
 
 def best_row(table, keep):
     "The `RefineSettings` that calibration's own rule (`_best`) chooses from `table` among the base answer (the first row) and the rows `keep` accepts."
-    from brefine.inference import _best, _settings_of, OBJECTIVES
+    from brefine.calibration import _best, _settings_of, OBJECTIVES
     return _settings_of(_best(table[:1] + [r for r in table[1:] if keep(r)], OBJECTIVES['mean']))
 
 def save_figure(path, ds, fs, preds, gts, n=3):
@@ -448,9 +449,12 @@ def run(args, argv, dest):
     import numpy as np, torch
     if importlib.util.find_spec('pydensecrf') is None: sys.exit(   # fail early, before training
         'DenseCRF missing: `pip install pydensecrf2` (builds from source with gcc).')
-    from brefine.inference import Refiner, prepare_image, base_probs, relabel, refine_predict, grey_levels
+    from brefine.inputs import prepare_image, base_probs
+    from brefine.vote import grey_levels
+    from brefine.refine import relabel, refine_predict
+    from brefine.refiner import Refiner
     from brefine.core import atomic_write, to_numpy
-    from brefine.learner import embedding_size
+    from brefine.embedder import embedding_size
     from dataclasses import asdict, replace
     dls = {}
     def dls_fn():
@@ -475,7 +479,7 @@ def run(args, argv, dest):
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
         with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
         ref.save(args.cache/f'refiner_{emb_file.stem}')
-    from brefine.inference import _best, _settings_of, OBJECTIVES
+    from brefine.calibration import _best, _settings_of, OBJECTIVES
     unlimited = None if budget is None else _settings_of(_best(cal['table'], OBJECTIVES['mean']))   # what val chose without the budget
     ablation = {}
     if args.ablation:

@@ -64,7 +64,7 @@ def synthetic(ds, files, seed=0):
 def real(ds, files, models):
     "(images, base probabilities, ground truths, embeddings, prototype vectors) of the cached models."
     import torch
-    from brefine.inference import prepare_image
+    from brefine.inputs import prepare_image
     base, ref = B.load_cached(models, ds)
     imgs, probs, gts, embs = [], [], [], []
     with torch.inference_mode():

@@ -86,7 +86,8 @@ def bench_step(bs=4, H=192, W=256, n=6, rounds=3, backbone='resnet18'):
 
 def bench_fast(bs=8, H=360, W=480, n=3, rounds=2, threads=2):
     "Median step times {embedder: {variant: seconds}} of refine_learner with channels_last False / True / True + bf16."
-    from brefine.learner import refine_learner, DeepLabV3MobileNetV2
+    from brefine.backbones import DeepLabV3MobileNetV2
+    from brefine.learner import refine_learner
     torch.set_num_threads(threads); torch.manual_seed(0)
     dls, times, timers = _loaders(_batches(n, bs, H, W), bs)
     kinds = dict(separate=dict(backbone='mobilenet_v2', pretrained=False), shared=dict(base=DeepLabV3MobileNetV2(11, pretrained=False).eval()))
@@ -122,7 +123,7 @@ import sys, resource, torch, json
 import torch.nn.functional as F
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
-from brefine.learner import band_features
+from brefine.triplets import band_features
 mode, grad = sys.argv[1], sys.argv[2] != '0'
 H, W, C = 1024, 2048, 64
 g = torch.Generator().manual_seed(0)

@@ -22,15 +22,13 @@ SETTINGS = [dict(top_n=3, radius=18, tau=None, alpha=0.1, vote=5), dict(top_n=2,
 GREY_SETTINGS = [dict(top_n=3, radius=18, tau=None, alpha=0.1, vote=11, grey=10.), dict(top_n=2, radius=10, tau=0.9, alpha=0.3, vote=9, grey=10.)]
 GRID = dict(radii=(4, 18), top_ns=(2, 3), taus=(None, 0.9), alphas=(0., 0.1), votes=(0, 9))
 
-def answers(dataset: str, cache: Path, every: int, out: Path):
+def answers(dataset: str, cache: Path, every: int, out: Path, quick: bool = False):
     "Write the label maps (`out`.npz) and the calibration table (`out`.json) of the brefine that Python imports."
     import numpy as np, torch
-    from brefine.learner import load_embedder
-    from brefine.prototypes import Prototypes
-    from brefine.inference import refine_predict, calibrate
+    from brefine import load_embedder, Prototypes, refine_predict, calibrate     # public names: every version has them
     torch.set_num_threads(1)
-    ds = B.load_dataset(dataset)
-    f = B.cache_files(cache, ds)
+    ds = B.load_dataset(dataset, quick=quick)
+    f = B.cache_files(cache, ds, quick=quick)
     base = B.load_base(f['base'], ds.n_classes)
     shared = dict(base=base) if 'base' in inspect.signature(load_embedder).parameters else {}   # an embedder that reads the base's features
     emb, protos = load_embedder(f['embedder'], **shared).eval(), Prototypes.load(f['prototypes'])
@@ -68,25 +66,26 @@ def main(argv=None):
     p.add_argument('--against', required=True, help='the git revision to compare with')
     p.add_argument('--cache', type=Path, default=None, help='the cached models (default: bench/out/<dataset>_cache)')
     p.add_argument('--every', type=int, default=4, help='every N-th validation image')
+    p.add_argument('--quick', action='store_true', help="the models of `bench/benchmark.py DATASET --quick` (a smoke run's cache)")
     p.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt')
     p.add_argument('--answers', type=Path, default=None, help=argparse.SUPPRESS)   # internal: write this version's answers there
     a = p.parse_args(argv)
     cache = (a.cache or B.REPO/f'bench/out/{a.dataset}_cache').resolve()
-    if a.answers: return answers(a.dataset, cache, a.every, a.answers)
+    if a.answers: return answers(a.dataset, cache, a.every, a.answers, a.quick)
     with tempfile.TemporaryDirectory() as d, printout('bench/same_output.py', sys.argv[1:] if argv is None else argv,
                                                      RESULTS/a.dataset/f'{a.record}.txt' if a.record else None):
         d, env = Path(d), {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
         env['BREFINE_DATA'] = str(B.DATA)                                   # the same data for both
         subprocess.run(['git', 'worktree', 'add', '--detach', str(d/'other'), a.against], cwd=B.REPO, check=True, capture_output=True)
         try:
-            have = lambda root: subprocess.run([sys.executable, '-c', 'import brefine.inference as i; i.grey_levels'], cwd=root,
+            have = lambda root: subprocess.run([sys.executable, '-c', 'import brefine; brefine.grey_levels'], cwd=root,
                                                env=dict(env, PYTHONPATH=str(root)), capture_output=True).returncode == 0
             env['SAME_OUTPUT_GREY'] = '1' if have(B.REPO) and have(d/'other') else '0'   # the weighted vote where both have it
             me = Path(__file__).resolve()
             (d/'other/bench'/me.name).write_text(me.read_text())          # run there with that version's bench/ and brefine/
             for name, root in (('this', B.REPO), ('other', d/'other')):
                 subprocess.run([sys.executable, str(root/'bench'/me.name), a.dataset, '--against', a.against, '--cache', str(cache),
-                                '--every', str(a.every), '--answers', str(d/name)], cwd=root, env=dict(env, PYTHONPATH=str(root)), check=True)
+                                '--every', str(a.every), '--answers', str(d/name)] + ['--quick'] * a.quick, cwd=root, env=dict(env, PYTHONPATH=str(root)), check=True)
         finally: subprocess.run(['git', 'worktree', 'remove', '--force', str(d/'other')], cwd=B.REPO, capture_output=True)
         print(f'{B.load_dataset(a.dataset)}; every {a.every}th val image; models in {cache}')
         if not compare(d/'this', d/'other', a.against): sys.exit(1)

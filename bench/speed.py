@@ -161,7 +161,7 @@ def stages(path: str, H, W, a) -> tuple:
 def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike); on a GPU each time ends when the GPU has finished."
     import torch
-    from brefine.inference import _wait_for_gpu as _wait
+    from brefine.calibration import _wait_for_gpu as _wait
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
@@ -200,7 +200,7 @@ def profile(f, repeats: int, ours, top: int = 16) -> list:
 def embedding_parts(net, f, repeats: int) -> list:
     "Where the embedding's time goes: (ms per call, part) for each top-level module of the embedder `net` (an `EmbeddingHead`'s own parts spelled out), timed by forward hooks over `repeats` calls of `f`, and the rest of `f` (interpolation, concatenation, normalisation)."
     import torch
-    from brefine.learner import EmbeddingHead
+    from brefine.embedder import EmbeddingHead
     parts = {}
     for n, m in net.named_children():
         sub = dict(m.named_children()) if isinstance(m, EmbeddingHead) else {}

@@ -10,14 +10,23 @@ __all__ = []
 import warnings
 with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
-    from brefine import core, band, data, learner, training, shared_backbone, prototypes, inference, metrics
+    from brefine import core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner
 from .core import *
 from .band import *
 from .data import *
+from .backbones import *
+from .embedder import *
+from .features import *
+from .shared_backbone import *
+from .embedder_io import *
+from .triplets import *
 from .learner import *
 from .training import *
-from .shared_backbone import *
 from .prototypes import *
-from .inference import *
+from .inputs import *
+from .vote import *
+from .refine import *
 from .metrics import *
-__all__ = [name for m in (core, band, data, learner, training, shared_backbone, prototypes, inference, metrics) for name in m.__all__]
+from .calibration import *
+from .refiner import *
+__all__ = [name for m in (core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner) for name in m.__all__]

@@ -13,7 +13,8 @@ from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
 from .core import atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain, _norm_stats, _embedding
 from .band import batch_band
-from .learner import band_features, embedder_fingerprint
+from .embedder_io import embedder_fingerprint
+from .triplets import band_features
 
 # %% auto #0
 __all__ = ['PROTOTYPES_FORMAT', 'PROTOTYPES_VERSION', 'RAW_LIMIT', 'Prototypes', 'EmbedderMismatch', 'extract_prototypes']
@@ -192,7 +193,7 @@ def _check_batch(imgs, masks, i: int, mean=None, std=None):
         raise ValueError(f"Batch {i}'s images have values up to {top:.4g}, but normalised images stay within about ±{bound:.2g}: they "
                          "look like raw 0..255 pixels, which would make the prototypes hundreds of times too large. Normalise them "
                          "as the embedder was trained (divide by 255, subtract the mean, divide by the std: fastai's Normalize, e.g. "
-                         "with imagenet_stats), or turn raw uint8 images into its input with brefine.inference.prepare_image(img, mean, std).")
+                         "with imagenet_stats), or turn raw uint8 images into its input with brefine.prepare_image(img, mean, std).")
 
 # %% ../nbs/04_prototypes.ipynb #0fe2988f
 @torch.inference_mode()

@@ -3,9 +3,9 @@ bundle (one of the saved ones, with no stray data files), every load in between 
 file in the folder survives."""
 import os, multiprocessing as mp
 import torch
-from brefine.learner import EmbeddingNet
+from brefine.embedder import EmbeddingNet
 from brefine.prototypes import Prototypes
-from brefine.inference import Refiner
+from brefine.refiner import Refiner
 
 N_SAVERS, ROUNDS = 4, 3
 

@@ -2,9 +2,9 @@
 those named like a bundle's), and the next save removes what the killed one left behind."""
 import os, tempfile, multiprocessing as mp
 import pytest, torch
-from brefine.learner import EmbeddingNet
+from brefine.embedder import EmbeddingNet
 from brefine.prototypes import Prototypes
-from brefine.inference import Refiner
+from brefine.refiner import Refiner
 
 @pytest.fixture(scope='module')
 def refiners():

@@ -64,7 +64,7 @@ def test_chain(trained):
     bundle = d/'calibrated'
     r = run('calibrate', data/'val', scores, data/'valannot', bundle, '--checkpoint', ck, '--protos', protos)
     assert 'chose RefineSettings(' in r.stdout and f'wrote {bundle}' in r.stdout
-    from brefine.inference import Refiner
+    from brefine.refiner import Refiner
     settings = Refiner.load(bundle).settings
     assert f'chose {settings} on 4 images' in r.stdout
     run('refine', data/'val', scores, d/'refined_calibrated', '--bundle', bundle)
@@ -104,8 +104,9 @@ def test_train_on_learner_features(tmp_path, trained):
     import torch
     from fastai.data.core import Datasets
     from fastai.learner import Learner, load_learner
-    from brefine.inference import Refiner
-    from brefine.learner import DeepLabV3MobileNetV2, load_embedder
+    from brefine.refiner import Refiner
+    from brefine.backbones import DeepLabV3MobileNetV2
+    from brefine.embedder_io import load_embedder
     from brefine.prototypes import Prototypes
     _, data, own = trained
     torch.manual_seed(0)
@@ -142,8 +143,8 @@ from unittest import mock
 def small(tmp_path_factory):
     "A 4-class bundle, a 300-class bundle, images img/a.png, img/b.png with scores sc/a.npy, sc/b.npy (4, 32, 40)."
     import torch
-    from brefine.inference import Refiner
-    from brefine.learner import EmbeddingNet
+    from brefine.refiner import Refiner
+    from brefine.embedder import EmbeddingNet
     from brefine.prototypes import Prototypes
     d = tmp_path_factory.mktemp('small')
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
@@ -206,8 +207,8 @@ def test_shared_bundle_with_learner(small, tmp_path):
     from fastai.data.core import Datasets
     from fastai.data.transforms import Normalize
     from fastai.learner import Learner, load_learner
-    from brefine.inference import Refiner
-    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.refiner import Refiner
+    from brefine.backbones import DeepLabV3MobileNetV2
     from brefine.prototypes import Prototypes
     from brefine.shared_backbone import SharedEmbeddingNet
     torch.manual_seed(0)
@@ -276,7 +277,7 @@ def test_16bit_images(small, tmp_path):
     for n in ('a.png', 'b.png'): assert (read(tmp_path/'out_img'/n) == read(tmp_path/'out_img16'/n)).all(), n
     import torch
     from brefine.cli import RefineItems
-    from brefine.inference import prepare_image
+    from brefine.inputs import prepare_image
     for n in ('a.png', 'b.png'):                  # what the refiner receives: the full 16-bit range, scaled like 8 bits
         (_, i8, _), (_, i16, _) = RefineItems([tmp_path/'img'/n])[0], RefineItems([tmp_path/'img16'/n])[0]
         i8, i16 = np.asarray(i8), np.asarray(i16)

@@ -5,7 +5,7 @@ import numpy as np, pytest, torch, torch.nn.functional as F
 from fastai.torch_core import set_seed
 from brefine import (refine_predict, relabel, grey_levels, calibrate, Prototypes, Refiner, extract_prototypes, refine_learner,
                      EmbeddingNet, DeepLabV3MobileNetV2, SharedEmbeddingNet, make_synthetic_folder, dls_from_folders, SYNTH_CODES)
-from brefine.inference import _timed
+from brefine.calibration import _timed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA')
 DEV = 'cuda'                         # the device compared with the CPU

@@ -135,7 +135,7 @@ def test_torchrun_on_learner_features(data, tmp_path):
     from fastai.data.core import Datasets
     from fastai.learner import Learner
     from brefine.cli import prototypes
-    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.backbones import DeepLabV3MobileNetV2
     torch.manual_seed(0)
     ds = Datasets([0, 1], tfms=[[lambda o: torch.zeros(3, 8, 8)], [lambda o: torch.zeros(8, 8, dtype=torch.long)]], splits=[[0], [1]])
     Learner(ds.dataloaders(bs=1), DeepLabV3MobileNetV2(len(SYNTH_CODES), pretrained=False), loss_func=nn.CrossEntropyLoss()).export(tmp_path/'seg.pkl')

@@ -28,8 +28,8 @@ def brefine(*args, nproc=1, retries=1):
 @pytest.fixture(scope='module')
 def small(tmp_path_factory):
     "A 4-class bundle of an untrained embedder and 5 images (one of another size) with saved scores: no training."
-    from brefine.inference import Refiner
-    from brefine.learner import EmbeddingNet
+    from brefine.refiner import Refiner
+    from brefine.embedder import EmbeddingNet
     from brefine.prototypes import Prototypes
     d = tmp_path_factory.mktemp('ddp_refine')
     torch.manual_seed(0)

@@ -42,15 +42,15 @@ def _pages_in_order():
 def test_site_pages_and_links(site):
     "One page per notebook, in the sidebar's order; every internal link and anchor resolves; cell options applied."
     expected = _pages_in_order()
-    assert expected[0][1] == 'index.html' and ('inference', 'inference.html') in expected
+    assert expected[0][1] == 'index.html' and ('refine', 'refine.html') in expected
     for _, page in expected: assert (site/page).exists(), f'{page} missing'
     assert build_docs.check_links(site) == []
-    inf = (site/'inference.html').read_text()
+    inf = (site/'refine.html').read_text()
     assert 'def refine_predict(' in re.sub(r'<[^>]+>', '', inf)       # show_doc rendered (signature)
     assert 'id="refine_predict"' in inf                                # the anchor nbdev's doc links point to
     index = (site/'index.html').read_text()
-    assert re.search(r'<a href="inference.html#refine_predict"><code>refine_predict</code></a>', index), \
-        'the doc link `refine_predict` on the landing page should point to inference.html#refine_predict'
+    assert re.search(r'<a href="refine.html#refine_predict"><code>refine_predict</code></a>', index), \
+        'the doc link `refine_predict` on the landing page should point to refine.html#refine_predict'
     for page in site.rglob('*.html'):
         text = page.read_text()
         code = ' '.join(re.findall(r'<div class="input_area">(.*?)</div>\s*</div>', text, re.S))
@@ -115,7 +115,7 @@ def _screenshot(driver, path: Path):
 def test_browser_follows_doc_link_to_refine_predict(browser, site, server, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from brefine.inference import refine_predict
+    from brefine.refine import refine_predict
     d = browser
     d.get(server + 'index.html')
     assert 'brefine' in d.title
@@ -136,12 +136,12 @@ def test_browser_follows_doc_link_to_refine_predict(browser, site, server, tmp_p
 
     # follow the doc link that nbdev made of `refine_predict` on the landing page
     link = d.find_element(By.XPATH, "//main//a[normalize-space()='refine_predict']")
-    assert link.get_attribute('href').endswith('inference.html#refine_predict')
+    assert link.get_attribute('href').endswith('refine.html#refine_predict')
     d.execute_script('arguments[0].scrollIntoView({block: "center"})', link)
     link.click()
-    WebDriverWait(d, 30).until(lambda d: 'inference.html' in d.current_url)
-    assert d.current_url.endswith('inference.html#refine_predict')
-    assert d.find_element(By.CSS_SELECTOR, '#sidebar a.active').text == 'inference'
+    WebDriverWait(d, 30).until(lambda d: 'refine.html' in d.current_url)
+    assert d.current_url.endswith('refine.html#refine_predict')
+    assert d.find_element(By.CSS_SELECTOR, '#sidebar a.active').text == 'refine'
     target = d.find_element(By.ID, 'refine_predict')
     top = d.execute_script('return arguments[0].getBoundingClientRect().top', target)
     assert 0 <= top < d.execute_script('return window.innerHeight'), 'the browser did not scroll to the anchor'

@@ -89,7 +89,7 @@ def find_gaps():
 
 def test_exports_exist():
     names = [f'{m}.{n}' for m, n, _ in _exported()]
-    assert 'brefine.inference.refine_predict' in names and len(names) > 20
+    assert 'brefine.refine.refine_predict' in names and len(names) > 20
 
 
 def test_every_export_has_docstring_show_doc_and_example():

@@ -96,7 +96,7 @@ def test_pil_and_read_only_images_warn_nothing():
     "A PIL image, or a read-only numpy view of one, is only read: no PyTorch warning about non-writable arrays (in a fresh process, where it would show once)."
     import subprocess, sys
     code = ("import warnings, numpy as np, PIL.Image\n"
-            "from brefine.inference import prepare_image\n"
+            "from brefine.inputs import prepare_image\n"
             "warnings.simplefilter('error', UserWarning)\n"
             "im = PIL.Image.fromarray(np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3))\n"
             "a = np.asarray(im); a.setflags(write=False)\n"

@@ -8,8 +8,10 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from fastai.callback.core import CancelBatchException
 from fastai.learner import load_learner
 from fastai.torch_core import set_seed
-from brefine.learner import (EmbeddingNet, TORCHVISION_BACKBONES, sample_features, band_features, triplet_losses,
-                             sample_triplets, TripletLoss, TripletCallback, refine_learner, embedding_splitter)
+from brefine.backbones import TORCHVISION_BACKBONES
+from brefine.embedder import EmbeddingNet
+from brefine.triplets import sample_features, band_features, triplet_losses, sample_triplets, TripletLoss, TripletCallback
+from brefine.learner import refine_learner, embedding_splitter
 
 torch.set_num_threads(1)
 WEIGHTS = Path(__file__).resolve().parents[2]/'shared'/'weights'/'mobilenet_v2-b0353104.pth'

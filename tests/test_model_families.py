@@ -6,7 +6,7 @@ import os, importlib
 import numpy as np, pytest, torch, torch.nn as nn, torch.nn.functional as F
 from PIL import Image
 from brefine import refine_learner, extract_prototypes, Refiner, feature_layers
-from brefine.inference import OBJECTIVES
+from brefine.calibration import OBJECTIVES
 from brefine.data import make_synthetic_folder, dls_from_folders, SYNTH_CODES
 
 torch.set_num_threads(1)

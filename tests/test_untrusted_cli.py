@@ -9,8 +9,9 @@ from PIL import Image
 from brefine.cli import main
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder
-from brefine.inference import Refiner
-from brefine.learner import EmbeddingNet, embedder_state
+from brefine.refiner import Refiner
+from brefine.embedder import EmbeddingNet
+from brefine.embedder_io import embedder_state
 from brefine.prototypes import Prototypes
 
 
@@ -143,8 +144,8 @@ def test_learner_loaded_only_by_name_and_last(world, tmp_path):
     refused(['refine', world/'img', '-', tmp_path/'out', '--bundle', world/'evil.pt', '--learner', world/'evil.pkl'],
             world/'MARKER', 'No Refiner bundle')
     import torch
-    from brefine.inference import Refiner
-    from brefine.learner import DeepLabV3MobileNetV2
+    from brefine.refiner import Refiner
+    from brefine.backbones import DeepLabV3MobileNetV2
     from brefine.prototypes import Prototypes
     from brefine.shared_backbone import SharedEmbeddingNet
     shared = SharedEmbeddingNet(DeepLabV3MobileNetV2(4, pretrained=False), emb_dim=8, aspp_dim=16, decoder_dim=16, train_blocks=0)

@@ -16,7 +16,7 @@ What it does, in nbdev's own order
 2. nbdev's notebook processing, exactly the processors `nbdev_proc_nbs` applies
    (`nbdev.processors.FilterDefaults`): front matter from the `# title` / `> description` cell,
    `show_doc` cells executed and rendered as markdown, `show_doc` added after exported definitions that
-   lack one, doc links (`refine_predict` in backticks -> `inference.html#refine_predict`), `#| hide`
+   lack one, doc links (`refine_predict` in backticks -> `refine.html#refine_predict`), `#| hide`
    and `#| export` cells removed, magics cleaned.  Two deliberate differences, both in `exec_show_docs`:
    cells flagged with settings.ini's `tst_flags` (slow|cuda|camvid) are never executed by the docs build
    (nbdev would run a CamVid training cell if it also contained an import), and a cell that mixes imports
@@ -29,8 +29,8 @@ What it does, in nbdev's own order
    shell mirrors Quarto's website layout: navbar, sidebar in nbs/sidebar.yml's order (the notebook
    order), page title and description from the front matter, a table of contents of the h2/h3 headings.
    Quarto's conventions that nbdev relies on are reproduced: page names without the number prefix
-   (`05_inference.ipynb` -> `inference.html`, the names in brefine/_modidx.py), pandoc's heading
-   identifiers (so `inference.html#refine_predict` lands on `refine_predict`'s show_doc), cell options
+   (`05b_refine.ipynb` -> `refine.html`, the names in brefine/_modidx.py), pandoc's heading
+   identifiers (so `refine.html#refine_predict` lands on `refine_predict`'s show_doc), cell options
    (`#| echo: false`, `output: false/asis`, `include: false`, `code-fold`), link attributes and fenced
    divs (callouts).  Links to the published site (settings.ini doc_host + doc_baseurl) and to other
    notebooks become relative links, so the site works from disk or any static server.  Images from
@@ -165,7 +165,7 @@ def read_notebook(path):
     return nbformat.reads(json.dumps(d), as_version=4)
 
 def page_name(nb_rel: Path) -> Path:
-    "Quarto's page for a notebook: the number prefix dropped, `.html` (`05_inference.ipynb` -> `inference.html`)."
+    "Quarto's page for a notebook: the number prefix dropped, `.html` (`05b_refine.ipynb` -> `refine.html`)."
     return nb_rel.with_name(re.sub(r'^\d+[a-zA-Z0-9]*_', '', nb_rel.stem) + '.html')   # as nbdev's _nbpath2html: 03a_training -> training
 
 def _frontmatter(nb) -> dict:
