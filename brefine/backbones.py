@@ -51,6 +51,7 @@ def _tv_weights(name: str, pretrained):
         raise ValueError(f"{name} has no weights {key!r}: pass pretrained=True, False, 'DEFAULT' or one of "
                          f"{[w.name for w in enum]}.") from None
 
+# %% ../nbs/03_backbones.ipynb #e40e6eb4
 def torchvision_model(name: str, pretrained=False, **kwargs) -> nn.Module:
     "torchvision's model `name`; `pretrained` weights (True, 'DEFAULT' or an entry's name) are read as data only (`weights_only`), never unpickled."
     weights = _tv_weights(name, pretrained)
@@ -76,6 +77,7 @@ class _TimmFeatures(nn.Module):
         fs = self.model(x)
         return {'low': fs[self.low], 'out': fs[self.high]}
 
+# %% ../nbs/03_backbones.ipynb #13bb0584
 def _timm_backbone(name: str, pretrained, output_stride: int):
     try: import timm
     except ImportError:
@@ -91,6 +93,7 @@ def _timm_backbone(name: str, pretrained, output_stride: int):
     low = max(i for i, r in enumerate(red) if r == 4)
     return _TimmFeatures(m, low, len(red) - 1), chs[low], chs[-1]
 
+# %% ../nbs/03_backbones.ipynb #dd897038
 def _backbone(name: str, pretrained, output_stride: int):
     "(module returning {'low': stride-4 feature, 'out': deep feature}, low channels, deep channels)."
     if name in RESNETS:

@@ -23,6 +23,7 @@ def _plane_edges(plane: np.ndarray) -> np.ndarray:
     e |= cv2.flip(cv2.Canny(cv2.flip(up, -1), _THRESH, _THRESH), -1)
     return e
 
+# %% ../nbs/01_band.ipynb #bea25d19
 def _dense_ranks(lab: np.ndarray):
     "Labels of `lab` replaced by their ranks 0..K-1 among the values present, and K."
     lo, hi = int(lab.min()), int(lab.max())
@@ -33,6 +34,7 @@ def _dense_ranks(lab: np.ndarray):
     vals, inv = np.unique(lab, return_inverse=True)
     return inv.reshape(lab.shape), len(vals)
 
+# %% ../nbs/01_band.ipynb #c2116326
 def _canny_edges(lab: np.ndarray) -> np.ndarray:
     "Bool (H,W): pixels of the 2-D label map `lab` whose label differs from one of their 4 neighbours, via Canny."
     H, W = lab.shape
@@ -50,16 +52,19 @@ def _check_radius(radius) -> int:
     if radius < 0: raise ValueError(f"radius must be >= 0 (0 gives the edge pixels alone), got {radius}.")
     return int(radius)
 
+# %% ../nbs/01_band.ipynb #24da8f73
 def _reach(h: int, w: int) -> int:
     "The smallest radius that reaches every pixel of an (h, w) image from any of its pixels: ceil of the longest distance, hypot(h-1, w-1)."
     return math.isqrt((h - 1)**2 + (w - 1)**2 - 1) + 1 if h > 1 or w > 1 else 0
 
+# %% ../nbs/01_band.ipynb #34297090
 def _disk_of(r) -> np.ndarray:
     "uint8 (2R+1, 2R+1) structuring element, R = floor(r): 1 at the offsets within Euclidean distance `r` (any real r >= 0) of the centre."
     R = math.floor(r)
     y, x = np.ogrid[-R:R+1, -R:R+1]
     return (x*x + y*y <= r*r).astype(np.uint8)
 
+# %% ../nbs/01_band.ipynb #49f38816
 def disk(radius: int) -> np.ndarray:
     "uint8 (2r+1, 2r+1) structuring element, 1 at the offsets within Euclidean distance `radius` of the centre."
     return _disk_of(_check_radius(radius))
@@ -76,10 +81,12 @@ def _check_labels(lab, name: str = 'label'):
         raise ValueError(f"{name} must be one map (H,W) or a batch (B,H,W), got shape {tuple(lab.shape)}. "
                          f"For a (B,1,H,W) batch pass `{name}[:, 0]`.")
 
+# %% ../nbs/01_band.ipynb #6a05392c
 def _check_ignore(ignore_index):
     if ignore_index is not None and (isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, numbers.Integral)):
         raise TypeError(f"ignore_index must be None or an int label (e.g. 11 for CamVid's void), got {ignore_index!r}.")
 
+# %% ../nbs/01_band.ipynb #3825bba3
 def near_boundary_mask(label, radius: int = 3, ignore_index: int | None = None):
     "Bool mask (same kind, device and shape as `label`): pixels within `radius` of a change of label, by Canny, never void."
     radius = _check_radius(radius); _check_ignore(ignore_index)
@@ -103,6 +110,7 @@ def _from_np(a: np.ndarray) -> torch.Tensor:
     "A tensor on the memory of numpy array `a` (on a copy when `a` has negative strides, which torch does not take)."
     return torch.from_numpy(a if min(a.strides, default=0) >= 0 else a.copy())
 
+# %% ../nbs/01_band.ipynb #f6edd22c
 def _edges_t(x):
     "Bool (..., H, W): pixels whose label differs from one of their 4 neighbours; a tensor for a tensor, numpy for numpy."
     if isinstance(x, np.ndarray): return _edges_t(_from_np(x)).numpy()
@@ -111,6 +119,7 @@ def _edges_t(x):
     d = x[..., 1:, :] != x[..., :-1, :]; e[..., 1:, :] |= d; e[..., :-1, :] |= d
     return e
 
+# %% ../nbs/01_band.ipynb #cef58158
 def _disk_rects(r):
     "`_disk_of(r)` as a union of centred rectangles [(half_height, half_width)], redundant ones left out."
     R, R2 = math.floor(r), math.floor(r*r)                  # integer offsets: dy² + dx² <= r²  <=>  <= floor(r²)
@@ -119,6 +128,7 @@ def _disk_rects(r):
 
 _RECTS_FROM = 8    # from this radius on, cv2.dilate by the disk's rectangles, one after another, beats cv2.dilate by the disk
 
+# %% ../nbs/01_band.ipynb #31d6f53f
 def _dilate_cv2(m: np.ndarray, r) -> np.ndarray:
     "Bool (H,W) numpy `m` dilated by `_disk_of(r)` with OpenCV, 1 <= r: by the disk, or for r >= `_RECTS_FROM` by each of `_disk_rects(r)` (OpenCV dilates by a rectangle in two fast 1-D passes) and the union."
     if r < _RECTS_FROM: return cv2.dilate(m.view(np.uint8), _disk_of(r)).view(bool)
@@ -128,6 +138,7 @@ def _dilate_cv2(m: np.ndarray, r) -> np.ndarray:
         out = d if out is None else np.bitwise_or(out, d, out=out)
     return out.view(bool)
 
+# %% ../nbs/01_band.ipynb #100d0410
 def _dilate_t(e, r, use_cv2: bool|None = None):
     "Bool (B,H,W) or (H,W) `e` (tensor, or numpy for numpy out) dilated by `_disk_of(r)`, any real r >= 0 (`e` itself when r < 1): OpenCV on the CPU (several times faster), exact max-pooling elsewhere."
     if isinstance(e, np.ndarray): return _dilate_t(_from_np(e), r, use_cv2).numpy()
@@ -145,6 +156,7 @@ def _dilate_t(e, r, use_cv2: bool|None = None):
         out = out[:, 0] > 0
     return out if e.ndim == 3 else out[0]
 
+# %% ../nbs/01_band.ipynb #2123eed7
 def _band_t(x, r, ignore_index=None):
     "Bool band of label maps `x` ((B,H,W) or (H,W); a tensor for a tensor, numpy for numpy): pixels within Euclidean distance `r` (any real r >= 0) of an edge pixel, never `ignore_index`."
     band = _dilate_t(_edges_t(x), r)

@@ -32,15 +32,18 @@ OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
+# %% ../nbs/06a_calibration.ipynb #da6f9de4
 def _wait_for_gpu():
     "Wait until the GPU (CUDA) has run the work queued on it: its kernels run after the call that queues them returns."
     if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
 
+# %% ../nbs/06a_calibration.ipynb #956a352c
 def _timed(f, *args) -> tuple:
     "(`f(*args)`, the seconds it took, on a GPU too: the clock is read once the work queued before and by `f` has run)."
     _wait_for_gpu(); t = time.perf_counter(); r = f(*args); _wait_for_gpu()
     return r, time.perf_counter() - t
 
+# %% ../nbs/06a_calibration.ipynb #4329c380
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
     "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
@@ -87,10 +90,10 @@ def _best(rows: list, rank, max_seconds: float|None = None) -> dict:
     fits = [r for r in rows[1:] if max_seconds is None or r['seconds'] <= max_seconds]
     return max(rows[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
 
+# %% ../nbs/06a_calibration.ipynb #cab1b04f
 def _settings_of(row: dict) -> RefineSettings:
     "The `RefineSettings` of a row of the calibration table."
     return RefineSettings(**{f.name: row[f.name] for f in fields(RefineSettings)})
-
 
 # %% ../nbs/06a_calibration.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)

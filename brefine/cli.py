@@ -43,6 +43,7 @@ def _file_key(p) -> list:
     with contextlib.suppress(OSError): st = p.stat(); keys.append((st.st_dev, st.st_ino))
     return keys
 
+# %% ../nbs/08_cli.ipynb #88a59369
 def _check_out(out: Path, force: bool, inputs=()):
     "Refuse to write `out` when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
     ins = {k: p for p in inputs if p for k in _file_key(p)}
@@ -141,6 +142,7 @@ def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
     g = a if a.ndim == 2 else a[..., 0]                                               # grey, maybe with alpha
     return np.repeat(g[..., None], 3, axis=2)
 
+# %% ../nbs/08_cli.ipynb #3dfa12c0
 def _pil_image(f, rgb: bool = True):
     "The image file `f` (of `IMAGE_FORMATS` only) as RGB pixels, or with `rgb=False` its format, by PIL. Errors name the file."
     try:
@@ -148,6 +150,7 @@ def _pil_image(f, rgb: bool = True):
     except (FileNotFoundError, PermissionError, MemoryError, ImageFormatError): raise
     except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
 
+# %% ../nbs/08_cli.ipynb #a4e138c0
 def read_image(f) -> np.ndarray:
     "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept); only the formats of `IMAGE_FORMATS`, by content. Errors name the file."
     import cv2
@@ -163,6 +166,7 @@ def _score_file(scores: Path, image: Path):
     "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None."
     return next((c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()), None)
 
+# %% ../nbs/08_cli.ipynb #f588f8e2
 def _load_npy(f: Path) -> np.ndarray:
     "The array in the .npy file `f`, read without unpickling anything; errors name the file."
     try: a = np.load(f, allow_pickle=False)
@@ -280,6 +284,7 @@ def _refine_inputs(images: Path, scores, learner):
                          "model. To compute the scores with an exported fastai Learner pass '-' as SCORES and --learner FILE.")
     return files, [scores]
 
+# %% ../nbs/08_cli.ipynb #daea5be6
 def _check_scores_found(files: list, sfs, scores):
     "Refuse, naming the first, images among `files` whose score file was not found in the folder `scores` (`sfs`: `_refine_inputs`' list, None with --learner)."
     miss = [f for f, s in zip(files, sfs or []) if s is None]
@@ -312,6 +317,7 @@ def _options(options: dict, n: int, pal=None) -> dict:
                          "classes. Drop --palette_from to write 16-bit label PNGs.")
     return given
 
+# %% ../nbs/08_cli.ipynb #8db6c76b
 def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=None, **options):
     "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None, the options checked all the same."
     from dataclasses import replace
@@ -334,6 +340,7 @@ def _check_learner_file(fname):
     "Refuse a --learner FILE that does not exist, before anything reads it."
     if not Path(fname).is_file(): raise FileNotFoundError(f"Learner file not found: {fname}")
 
+# %% ../nbs/08_cli.ipynb #f29bed83
 def _load_learner(fname):
     "The exported fastai Learner in `fname`, its model in eval mode. This unpickles the file, which can run code: only for trusted files."
     from fastai.learner import load_learner
@@ -356,12 +363,12 @@ class _Renormalised(torch.nn.Module):
         self.register_buffer('scale', (gs / ts).view(1, 3, 1, 1)); self.register_buffer('shift', ((gm - tm) / ts).view(1, 3, 1, 1))
     def forward(self, x): return self.wrapped(x * self.scale + self.shift)      # (pixel − tm) / ts, from x = (pixel − gm) / gs
 
+# %% ../nbs/08_cli.ipynb #dbe5de2d
 def _learner_model(learn, ref, source):
     "The model of the --learner `learn` as `ref` runs it, on images normalised as the Learner does: refused for an embedder on its features trained otherwise (from `source`), re-normalised for one with its own backbone."
     own, kept = _norm_stats(learn.dls), (ref.prototypes.mean, ref.prototypes.std)
     if reads_base(ref.embedder, learn.model): _check_stats(kept, own, source); return learn.model
     return learn.model if _same_stats(kept, own) else _Renormalised(learn.model, kept, own)
-
 
 # %% ../nbs/08_cli.ipynb #e2e4ea37
 def _make_dir(d: Path):
@@ -406,6 +413,7 @@ def _share(todo: list, bs: int, rank: int = 0, world: int = 1) -> list:
     batches = [todo[i:i + bs] for i in range(0, len(todo), bs)]
     return [i for b in batches[rank::world] for i in b]
 
+# %% ../nbs/08_cli.ipynb #896da8c1
 def _total(n: int) -> int:
     "The sum of `n` over the processes of a launch (`n` alone); every process waits here for the others."
     import torch.distributed as dist
@@ -503,6 +511,7 @@ def _read_labels(f: Path) -> np.ndarray:
         raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")
     return a.astype(np.int64)
 
+# %% ../nbs/08_cli.ipynb #c61cffa6
 def _check_maps(maps: dict, dirs: dict, names: list, n_classes: int, void=None):
     "Refuse, naming the files, a label map whose size differs from its ground truth's, or a label outside 0..n_classes-1 (but `void`)."
     for k, ms in maps.items():
@@ -564,6 +573,7 @@ def _ground_truth(gts: Path, files: list) -> list:
                                      f"label PNGs named like the images in {gts}.")
     return found
 
+# %% ../nbs/08_cli.ipynb #5387493f
 def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np.ndarray:
     "The label map in the PNG `g`, refused when its size is not its `image`'s or a label is outside 0..n_classes-1 (but `void`)."
     a = _read_labels(g)
@@ -573,7 +583,6 @@ def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np
     if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' classes 0..{n_classes - 1}" +
                                    ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
     return a
-
 
 # %% ../nbs/08_cli.ipynb #cea74dde
 def calibrate(images: str,               # folder of validation images (or one image file)

@@ -33,6 +33,7 @@ def _model_of(model):
     m = model.model if isinstance(model, Learner) else model
     return m.module if isinstance(m, torch.nn.parallel.DistributedDataParallel) else m
 
+# %% ../nbs/00_core.ipynb #37589130
 def _device_of(model, default='cpu') -> torch.device:
     "The device of `model`'s parameters, or `default` for a model without any (a plain function)."
     try: return next(model.parameters()).device
@@ -56,6 +57,7 @@ def _plain(t) -> torch.Tensor:
     t = torch.as_tensor(t)
     return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
 
+# %% ../nbs/00_core.ipynb #211f9fc1
 def _norm_stats(data) -> tuple:
     "The (mean, std) of the fastai `Normalize` transform in `data`'s `after_batch` pipeline, or (None, None)."
     for tfm in getattr(getattr(data, 'after_batch', None), 'fs', []):
@@ -69,16 +71,17 @@ def _stats_text(mean, std) -> str:
     r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
     return 'not normalised (pixels 0..1)' if mean is None else f'normalised with mean {r(mean)} and std {r(std)}'
 
+# %% ../nbs/00_core.ipynb #cbd38008
 def _same_stats(a: tuple, b: tuple) -> bool:
     "Whether the normalisations `a` and `b` = (mean, std), each None for none, are the same."
     return (a[0] is None) == (b[0] is None) and (a[0] is None or np.allclose(a, b, rtol=1e-5, atol=1e-7))
-
 
 # %% ../nbs/00_core.ipynb #ee29b5f4
 def _bounds(lo, hi) -> str:
     if lo is not None and hi is not None: return f"between {lo} and {hi}"
     return f">= {lo}" if lo is not None else f"<= {hi}"
 
+# %% ../nbs/00_core.ipynb #3c32fc5c
 def as_int(v, name: str, lo: int|None = None, hi: int|None = None, hint: str = '') -> int:
     "`v` as a Python int when it is a whole number (int or numpy integer, never a bool) in [`lo`, `hi`]; else an error naming `name`."
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
@@ -110,6 +113,7 @@ def _write_error(e: OSError, path: Path) -> OSError:
 
 _UMASK_LOCK = threading.Lock()
 
+# %% ../nbs/00_core.ipynb #fa32f031
 def _umask() -> int:
     "The process's umask: read from /proc/self/status on Linux, else set and put back at once, under a lock."
     with contextlib.suppress(OSError, ValueError):
@@ -119,6 +123,7 @@ def _umask() -> int:
         old = os.umask(0o077); os.umask(old)
     return old
 
+# %% ../nbs/00_core.ipynb #0ce5065e
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."

@@ -35,6 +35,7 @@ IMAGE_FORMATS = ('PNG', 'JPEG', 'BMP', 'TIFF', 'WEBP', 'GIF', 'PPM')   # the ima
 class ImageFormatError(ValueError):
     "An image file that is not of a format brefine opens (`IMAGE_FORMATS`), or too corrupt to tell."
 
+# %% ../nbs/02_data.ipynb #ee3b9ce9
 def open_image_file(fn, what: str = 'image') -> Image.Image:
     "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name."
     try: return Image.open(fn, formats=IMAGE_FORMATS)
@@ -43,6 +44,7 @@ def open_image_file(fn, what: str = 'image') -> Image.Image:
                                "brefine opens (judged by the file's content, not its name), or it is corrupt. Convert it to PNG, "
                                "or replace it.") from None
 
+# %% ../nbs/02_data.ipynb #c4acf2ec
 def _load_image(fn, what: str = 'image') -> Image.Image:
     "The image file `fn` read whole by `open_image_file` (and closed)."
     with open_image_file(fn, what) as im:
@@ -59,6 +61,7 @@ def _image_pixels(im: Image.Image, fn) -> Image.Image:
         raise ValueError(f"image {fn} has 32-bit pixels outside 0..65535: save it as an 8-bit (or 16-bit) image.")
     return Image.fromarray((a.astype(np.float32) / 257).round().astype(np.uint8), 'L')
 
+# %% ../nbs/02_data.ipynb #e6ef69ec
 def _mask_pixels(im: Image.Image, fn) -> Image.Image:
     "The PIL mask `im` (read from `fn`) as an 'L' image of its class indices, or an error that names the file."
     if im.mode == 'L': return im
@@ -76,6 +79,7 @@ def _mask_pixels(im: Image.Image, fn) -> Image.Image:
                          "(fastai's masks are 8-bit): renumber the classes below 256 and save the masks as 8-bit PNGs.")
     return Image.fromarray(a.astype(np.uint8), 'L')
 
+# %% ../nbs/02_data.ipynb #ff68b929
 def _open(cls, fn, what: str):
     "`cls.create(fn)`; a file is read with `_image_pixels`/`_mask_pixels`, and an unreadable one is an error that names it."
     if not isinstance(fn, (str, Path)): return cls.create(fn)
@@ -89,10 +93,12 @@ def _open(cls, fn, what: str):
     im = _image_pixels(im, fn) if what == 'image' else _mask_pixels(im, fn)
     return cls.create(im.convert(cls._open_args['mode']))
 
+# %% ../nbs/02_data.ipynb #2d9798aa
 def _open_image(fn) -> PILImage:
     "An image file (or array, tensor, PIL image) as a fastai `PILImage`, read by `_open`."
     return _open(PILImage, fn, 'image')
 
+# %% ../nbs/02_data.ipynb #6e501390
 def _open_mask(fn) -> PILMask:
     "A mask file (or array, tensor, PIL image) as a fastai `PILMask` of class indices, read by `_open`."
     return _open(PILMask, fn, 'mask')
@@ -114,6 +120,7 @@ class TensorBand(TensorMask):
         rgba[..., 3] = b.numpy().reshape(b.shape[-2:]) * alpha
         return show_image(rgba, ctx=ctx, **kw)
 
+# %% ../nbs/02_data.ipynb #93b4252b
 class PILBand(PILMask):
     "The label map opened once more, to become the band after augmentation (converts to `TensorBand`)."
     @classmethod
@@ -135,6 +142,7 @@ class EdgeMask(Transform):
         if x.dtype == torch.bool: return x                                         # already a band
         return TensorBand(batch_band(x, self.radius, self.ignore_index))
 
+# %% ../nbs/02_data.ipynb #603b9c47
 def BandBlock(radius: int = 3, ignore_index: int | None = None) -> TransformBlock:
     "`TransformBlock` for the band: reads the label map (`PILBand`), augmented like the mask, made a band by `EdgeMask`."
     return TransformBlock(type_tfms=PILBand.create, batch_tfms=[IntToFloatTensor, EdgeMask(radius, ignore_index)])
@@ -180,6 +188,7 @@ class _CheckSameSize(ItemTransform):
                              f"its image; check `get_y`/`label_func`, or fix the files.")
         return x
 
+# %% ../nbs/02_data.ipynb #0c47f8ba
 def band_dblock(codes: list,                      # class names (the `MaskBlock` vocab)
                 radius: int = 3,                  # band radius in pixels
                 ignore_index: int | None = None,  # void label: never in the band
@@ -222,6 +231,7 @@ def _stripes(h, w, rng, period, angle):
     a = np.deg2rad(angle)
     return np.sin((x*np.cos(a) + y*np.sin(a)) * 2*np.pi/period + rng.uniform(0, 2*np.pi))
 
+# %% ../nbs/02_data.ipynb #028533d4
 def _texture(c, h, w, rng):
     "Zero-mean texture in [-1, 1] of class `c`."
     if c == 0:
@@ -235,6 +245,7 @@ def _texture(c, h, w, rng):
     if c == 4: return _stripes(h, w, rng, 4, 90)
     return np.zeros((h, w), np.float32)
 
+# %% ../nbs/02_data.ipynb #c6dc6b75
 def synthetic_scene(seed: int, size=(96, 128)):
     "(image uint8 (H,W,3) RGB, label uint8 (H,W)) of overlapping textured shapes of `SYNTH_CODES`, deterministic in `seed`."
     h, w = size
@@ -288,11 +299,13 @@ class _MaskPath:
         f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name; png = m.with_suffix('.png')
         return png if not m.exists() and png.exists() else m
 
+# %% ../nbs/02_data.ipynb #e88ac184
 class _InFolder:
     "Is the file in a folder named `name`? (a class: picklable)"
     def __init__(self, name): self.name = name
     def __call__(self, f): return Path(f).parent.name == self.name
 
+# %% ../nbs/02_data.ipynb #44b56282
 def _header(f, what: str):
     "(size, None) from the header of image file `f`, or (None, why it cannot be used): no pixels are decoded."
     if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
@@ -304,11 +317,13 @@ def _header(f, what: str):
     if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
     return size, None
 
+# %% ../nbs/02_data.ipynb #7a35b058
 def _common_size(sizes) -> tuple:
     "(H, W): the most common of the image `sizes` (width, height), the largest of equally common ones."
     n = Counter((h, w) for w, h in sizes)
     return max(n, key=lambda s: (n[s], s))
 
+# %% ../nbs/02_data.ipynb #1f353838
 def _check_pairs(fnames, label_func) -> list:
     "The size (width, height) of each image of `fnames`, once every one is a readable image with a mask of its size."
     missing, wrong, bad, sizes = [], [], [], []
@@ -331,15 +346,18 @@ def _check_pairs(fnames, label_func) -> list:
                          ". Every mask must have the size of its image.")
     return sizes
 
+# %% ../nbs/02_data.ipynb #48408c4e
 def _items_size(size, sizes, train_sizes):
     "`size` as given, or when it is None and the images' `sizes` differ, the most common of the training images' sizes: batches need one."
     return _common_size(train_sizes) if size is None and len(set(sizes)) > 1 else size
 
+# %% ../nbs/02_data.ipynb #5a6c4d8d
 def _split_kwargs(kw):
     "Keyword arguments for `band_dblock`, and the rest (for `dataloaders`)."
     names = set(inspect.signature(band_dblock).parameters) - {'codes', 'radius', 'ignore_index', 'size', 'get_y', 'splitter'}
     return {k: v for k, v in kw.items() if k in names}, {k: v for k, v in kw.items() if k not in names}
 
+# %% ../nbs/02_data.ipynb #977741da
 def _dataloaders(dblock, items, bs, **kw):
     dls = dblock.dataloaders(items, bs=bs, **kw)
     if len(dls.train) == 0:
@@ -347,6 +365,7 @@ def _dataloaders(dblock, items, bs, **kw):
                          f"batch (the last incomplete batch is dropped). Use a smaller `bs`.")
     return dls
 
+# %% ../nbs/02_data.ipynb #31a9a3c6
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
                      ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
@@ -364,6 +383,7 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y, splitter=FuncSplitter(_InFolder(valid)), **dkw)
     return _dataloaders(dblock, files[train] + files[valid], bs, **lkw)
 
+# %% ../nbs/02_data.ipynb #6068dd3d
 def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: float = 0.2, seed: int | None = None,
                         ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from image files `fnames` and `label_func` (image file -> mask file), split at random; images of mixed sizes are resized to the most common size unless `size` says."
@@ -383,11 +403,13 @@ class _InSet:
     def __init__(self, files): self.files = {Path(f) for f in files}
     def __call__(self, f): return Path(f) in self.files
 
+# %% ../nbs/02_data.ipynb #5bfd8675
 class _Relocate:
     "Image file -> the file of the same stem in `folder`, with suffix `suffix` (a class: picklable)."
     def __init__(self, folder, suffix): self.folder, self.suffix = Path(folder), suffix
     def __call__(self, f): return self.folder/(Path(f).stem + self.suffix)
 
+# %% ../nbs/02_data.ipynb #9d981129
 def _need(path: Path, what: str) -> Path:
     if not path.exists(): raise FileNotFoundError(f"{path} not found: {what}.")
     return path
@@ -414,11 +436,13 @@ def _size(f) -> tuple:
     "(width, height) of the image file `f`, from its header."
     with open_image_file(f) as im: return im.size
 
+# %% ../nbs/02_data.ipynb #e4f65b6f
 @patch
 def train_size(self: SegData) -> tuple:
     "(H, W) of training batches: the most common size among the training images (all of them, when they agree)."
     return _common_size(_size(f) for f in self.files('train'))
 
+# %% ../nbs/02_data.ipynb #f690bd71
 @patch
 def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
     "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
@@ -429,6 +453,7 @@ def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoa
     dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func, splitter=FuncSplitter(_InSet(valid)), **dkw)
     return _dataloaders(dblock, train + valid, bs, **lkw)
 
+# %% ../nbs/02_data.ipynb #221445cf
 @patch
 def subset(self: SegData, **n) -> SegData:
     "The same data set with only the first `n[split]` images of the named splits (quick runs)."

@@ -37,6 +37,7 @@ class CoarseSegmenter(nn.Module):
     def forward(self, x):
         return F.interpolate(self.head(self.body(x)), size=x.shape[-2:], mode='bilinear', align_corners=False)
 
+# %% ../nbs/07_demo.ipynb #73829a9c
 class MaskLoss:
     "Cross-entropy on the mask of an (image, mask, band) batch; void pixels ignored."
     def __init__(self, ignore_index=None): self.ce = CrossEntropyLossFlat(axis=1, ignore_index=ifnone(ignore_index, -100))
@@ -49,11 +50,13 @@ def _heldout(n, seed, size):
     scenes = [synthetic_scene(seed + i, size) for i in range(n)]
     return [s[0] for s in scenes], [s[1].astype(np.int64) for s in scenes]
 
+# %% ../nbs/07_demo.ipynb #7cf90c96
 def _table(rows):
     w = max(len(r[0]) for r in rows)
     lines = [f"{'':{w}}  {'mIoU':>7}  {'bF@3px':>7}"] + [f"{n:{w}}  {a*100:7.1f}  {b*100:7.1f}" for n, a, b in rows]
     return '\n'.join(lines)
 
+# %% ../nbs/07_demo.ipynb #babbe4b5
 def run_demo(out='demo_out',               # folder for the figure, the data set and the Refiner bundle
              n_train: int = 64, n_valid: int = 16, n_test: int = 32,
              size=(96, 128),               # scene size (H, W)

@@ -20,6 +20,7 @@ def _check_dims(**dims):
     for k, v in dims.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}.")
 
+# %% ../nbs/03a_embedder.ipynb #423770b6
 def _check_images(x, training: bool, who: str):
     "Refuse what an embedder of (B,3,H,W) images cannot take, saying what to do."
     if x.ndim != 4 or x.shape[1] != 3:
@@ -35,6 +36,7 @@ FUSIONS = ('concat', 'sum')   # how `EmbeddingHead` fuses its two features: Deep
 def _check_fusion(fusion):
     if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}: 'concat' is DeepLabV3+'s decoder, 'sum' the light one.")
 
+# %% ../nbs/03a_embedder.ipynb #2b15b73e
 class EmbeddingHead(nn.Module):
     "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature (`fusion`), then a 1x1 convolution to `emb_dim` channels."
     def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 feature and of the deep feature
@@ -56,12 +58,12 @@ class EmbeddingHead(nn.Module):
         self.head = nn.Conv2d(decoder_dim, emb_dim, 1)
         store_attr('emb_dim,normalize,fusion')
 
-
 # %% ../nbs/03a_embedder.ipynb #d4254b09
 def _channels_last(x):
     "A 4-d tensor in channels-last memory layout; anything else as it is."
     return x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.ndim == 4 else x
 
+# %% ../nbs/03a_embedder.ipynb #ec6849f1
 def _weights_channels_last(params):
     "Store the 4-d tensors of `params` channels-last, in place: the same values and `Parameter` objects, only the memory layout changes (the new storage is an ordinary tensor, in inference mode too)."
     todo = [p for p in params if p.ndim == 4 and not p.is_contiguous(memory_format=torch.channels_last)]
@@ -69,6 +71,7 @@ def _weights_channels_last(params):
     with torch.inference_mode(False), torch.no_grad():
         for p in todo: p.data = _channels_last(p.data)
 
+# %% ../nbs/03a_embedder.ipynb #5f2af8a9
 def _fast_layout(m: nn.Module, *xs) -> tuple:
     "The feature maps `xs` for the module `m` to read in eval mode on a CPU: channels-last; in inference mode `m`'s own 4-d weights too (in place, once: while its first spatial kernel is not yet so). Otherwise `xs` as they are."
     if m.training or xs[0].device.type != 'cpu': return xs

@@ -62,6 +62,7 @@ def save_embedder(net, path) -> Path:
     "Write `net` (an `EmbeddingNet` or `SharedEmbeddingNet`, or a Learner holding one) to `path` atomically, for `load_embedder`."
     return atomic_save(embedder_state(net), path)
 
+# %% ../nbs/03d_embedder_io.ipynb #cc403176
 def load_embedder(path, base=None):
     "The embedder in the file `path` (from `save_embedder`, `brefine train` or a `Refiner` bundle), in eval mode; `base`: the model a shared one reads. Never runs code from the file."
     return embedder_from_state(safe_load(path, 'embedder checkpoint'), path, base)

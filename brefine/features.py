@@ -22,9 +22,11 @@ def _eval_mode(model: nn.Module):
     finally:
         for m, t in modes: m.training = t
 
+# %% ../nbs/03b_features.ipynb #740d28c4
 class _Stop(Exception):
     "Raised by a hook once every feature is captured: the rest of the base model's forward is skipped."
 
+# %% ../nbs/03b_features.ipynb #a4fddb6c
 def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None, stop: bool = False) -> tuple:
     "(model(x), or None when stopped early; {key: output of outputs[key], a module or (module, path) for an item of its output} | {key: first input of module inputs[key]}), in eval mode without gradients."
     got, inputs, hs = {}, inputs or {}, []
@@ -55,8 +57,10 @@ def _split_name(name, arg: str = 'low') -> tuple:
                                    f"as 'encoder[2]' or \"encoder['hidden_states'][0]\", got {name!r}.")
     return m[1], tuple(int(k) if k.isdigit() else k[1:-1] for k in _KEY.findall(m[2]))
 
+# %% ../nbs/03b_features.ipynb #6ff823ca
 def _join_name(mod: str, path: tuple) -> str: return mod + ''.join(f'[{k!r}]' for k in path)
 
+# %% ../nbs/03b_features.ipynb #5a1c7c63
 def _pick(out, path: tuple):
     "The item of a module's output `out` at `path` (keys and indices), or None where there is none."
     for k in path:
@@ -64,6 +68,7 @@ def _pick(out, path: tuple):
         except (KeyError, IndexError, TypeError): return None
     return out
 
+# %% ../nbs/03b_features.ipynb #4ee05369
 def _maps(out, path: tuple = (), depth: int = 2):
     "(path, map) of each float feature map (B,C,h,w) in `out`: itself, or items of lists, tuples and dicts, `depth` levels down."
     if isinstance(out, torch.Tensor):
@@ -81,11 +86,13 @@ def _dummy(model: nn.Module, size: int) -> torch.Tensor:
     p = next((p for p in model.parameters() if p.is_floating_point()), None)
     return torch.zeros(1, 3, size, size) if p is None else torch.zeros(1, 3, size, size, device=p.device, dtype=p.dtype)
 
+# %% ../nbs/03b_features.ipynb #40dc5245
 def _stride(t: torch.Tensor, size: int) -> int | None:
     "The stride of the map `t` of a size x size image, where it is a whole number, the same on both axes; else None."
     h, w = t.shape[-2:]
     return size // h if 1 < h == w and size % h == 0 else None          # a 1x1 map is pooled, not a feature
 
+# %% ../nbs/03b_features.ipynb #08ed7e3c
 def _run_hooked(model: nn.Module, x) -> tuple:
     "(model(x), {name: dict(module, n, start, end, inp, out)}): each module's number of calls, and its first call's clock and data."
     names, calls, clock, hs = {id(m): n for n, m in model.named_modules()}, {}, [0], []
@@ -122,13 +129,17 @@ class _Trace:
 
 # %% ../nbs/03b_features.ipynb #29bdde5f
 def _inside(name: str, root: str) -> bool: return name != root and (root == '' or name.startswith(root + '.'))
+
+# %% ../nbs/03b_features.ipynb #8a854d5f
 def _depth(f: dict) -> int: return f['mod'].count('.') + bool(f['mod'])
 
+# %% ../nbs/03b_features.ipynb #5b9fd0b0
 def _outermost(tr: _Trace, f: dict, root: str) -> dict:
     "The feature map `f` of trace `tr` named after the outermost module inside `root` that computes it (not one that hands its input on), or `f`."
     own = [g for g in tr.feats if g['t'] is f['t'] and not g['path'] and _inside(g['mod'], root) and g['inp'] is not g['t']]
     return max(own, key=lambda g: g['end']) if own else f
 
+# %% ../nbs/03b_features.ipynb #da12f5f4
 def _multiscale(tr: _Trace) -> tuple:
     "(name, maps) of the first module whose output holds maps at stride 4 and deeper (an encoder's list, timm's features_only, hidden states), or ('', [])."
     for n in dict.fromkeys(f['mod'] for f in tr.feats):
@@ -136,6 +147,7 @@ def _multiscale(tr: _Trace) -> tuple:
         if any(f['stride'] == 4 for f in maps) and any(f['stride'] > 4 for f in maps): return n, maps
     return '', []
 
+# %% ../nbs/03b_features.ipynb #67f79cb8
 def _upsampled_scores(tr: _Trace) -> set:
     "Ids of the maps of trace `tr` that the model's scores are a bilinear upsampling of (its classifier's output): never a feature."
     out = next((t for _, t in _maps([getattr(tr.out, 'logits', None), tr.out])), None)
@@ -144,6 +156,7 @@ def _upsampled_scores(tr: _Trace) -> set:
     return {id(f['t']) for f in tr.feats if f['t'].shape[:2] == out.shape[:2] and f['t'].shape[-2:] != out.shape[-2:]
             and any(torch.allclose(up(f['t'], ac), out.float(), rtol=1e-3, atol=1e-4) for ac in (False, True))}
 
+# %% ../nbs/03b_features.ipynb #b9fdcea4
 def _candidates(model: nn.Module, tr: _Trace, root: str | None = None) -> tuple:
     "(root, its feature maps, each once and named after the outermost module inside root that computes it): a multi-scale output's maps, else those of `.backbone` or `.encoder`, else all the model's (root=''), less its scores."
     root_ms, maps = _multiscale(tr) if root is None else ('', [])
@@ -158,12 +171,14 @@ def _candidates(model: nn.Module, tr: _Trace, root: str | None = None) -> tuple:
 # %% ../nbs/03b_features.ipynb #97c8f5cf
 def _ch(f: dict, stride: bool = False) -> str: return f"{f['name']} ({f['ch']} ch" + (f", /{f['stride']})" if stride else ")")
 
+# %% ../nbs/03b_features.ipynb #238d7c01
 def _candidates_text(cands: list, n: int = 3) -> str:
     "`n` stride-4 maps and `n` of the deepest of `cands`, the outermost modules' first (then the latest), with channels and strides: what low= and high= take."
     top, pick = max((f['stride'] for f in cands), default=0), lambda s: sorted([f for f in cands if f['stride'] == s][::-1], key=_depth)[:n]
     return (f"stride 4: {', '.join(_ch(f) for f in pick(4)) or 'none'}; "
             f"deepest: {', '.join(_ch(f, True) for f in pick(top) if top > 4) or 'none deeper than stride 4'}")
 
+# %% ../nbs/03b_features.ipynb #0a583044
 def _auto_layers(model: nn.Module, tr: _Trace) -> tuple:
     "(low, high) found in trace `tr`: a stride-4 map (computed before any deeper one), and the deepest map (of an encoder's maps the last; else the outermost, then the latest)."
     root, cands = _candidates(model, tr)
@@ -188,6 +203,7 @@ def _what(x) -> str:
     if isinstance(x, dict): return f"a {type(x).__name__} with keys {list(x)[:6]}"
     return f"a {type(x).__name__} of {len(x)} items" if isinstance(x, (list, tuple)) else f"a {type(x).__name__}"
 
+# %% ../nbs/03b_features.ipynb #7a8caba0
 def _given_layer(model: nn.Module, tr: _Trace, name, arg: str) -> dict:
     "The feature map that `name` (of low= or high=, `arg`) names in trace `tr`: a module that runs once, and a map (B,C,h,w) in its output."
     mod, path = _split_name(name, arg)
@@ -217,6 +233,7 @@ def _check_pair(low: dict, high: dict, cands: list):
         warnings.warn(f"low={low['name']!r} is at stride {low['stride']}, not 4: the embedder resizes it to stride 4. Layers at "
                       f"{_candidates_text(cands).split(';')[0]}.", stacklevel=4)
 
+# %% ../nbs/03b_features.ipynb #0c08ebf3
 def _layers(model: nn.Module, tr: _Trace, low=None, high=None) -> tuple:
     "(low, high): the feature maps of trace `tr` named by `low` and `high`, or found where not named; checked."
     auto = _auto_layers(model, tr) if low is None or high is None else (None, None)
@@ -225,10 +242,12 @@ def _layers(model: nn.Module, tr: _Trace, low=None, high=None) -> tuple:
     _check_pair(lo, hi, _candidates(model, tr)[1])
     return lo, hi
 
+# %% ../nbs/03b_features.ipynb #2a4dde6d
 def feature_layers(base: nn.Module, low: str | None = None, high: str | None = None) -> tuple:
     "(low, high): names of the stride-4 feature and of the deep feature of `base` that the embedder reads; found by one traced forward where not given."
     return tuple(f['name'] for f in _layers(base, _Trace(base), low, high))
 
+# %% ../nbs/03b_features.ipynb #79afd80f
 def feature_candidates(model: nn.Module, size: int = TRACE_SIZE) -> list:
     "(name, channels, stride) of each feature map that `model` computes in one forward of a size x size image, in order: the names low= and high= take."
     return [(f['name'], f['ch'], f['stride']) for f in _candidates(model, _Trace(model, size), '')[1]]

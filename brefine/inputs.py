@@ -30,6 +30,7 @@ def _full_scale(dtype) -> float:
                     "scale of other types is unknown. Convert the pixels to uint8 (0..255) or uint16 (0..65535), or pass a "
                     "float tensor (3,H,W) already normalised for the embedder.")
 
+# %% ../nbs/05_inputs.ipynb #c00ab111
 def _raw_hwc(a: np.ndarray):
     "A raw integer image (H,W), (H,W,C) or (B,H,W,C) as an integer (B,3,H,W) tensor view, and its full-scale value."
     scale = _full_scale(a.dtype)
@@ -44,10 +45,12 @@ def _raw_hwc(a: np.ndarray):
     if t.shape[1] == 1: t = t.expand(-1, 3, -1, -1)  # grayscale -> RGB
     return t[:, :3], scale                            # RGBA -> RGB
 
+# %% ../nbs/05_inputs.ipynb #72c4a382
 def _channel_stats(mean, std, device, dtype=torch.float32) -> tuple:
     "The per-channel `mean` and `std` as (3,1,1) tensors, to broadcast over images (B,3,H,W)."
     return tuple(torch.tensor(v, dtype=dtype, device=device)[:, None, None] for v in (mean, std))
 
+# %% ../nbs/05_inputs.ipynb #8324fe4c
 def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
     "Integer images (B,3,H,W), any strides, as contiguous float32 `(t/scale - mean)/std`: one conversion and two in-place passes."
     if t.shape[-1] == 0 or t.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(t.shape)}).")
@@ -56,6 +59,7 @@ def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
     m, s = _channel_stats(mean, std, t.device)
     return x.mul_(1 / (scale * s)).sub_(m / s)
 
+# %% ../nbs/05_inputs.ipynb #5ebca8b5
 def _check_prepared(x: torch.Tensor) -> torch.Tensor:
     "A float image batch as float32, refused when empty, non-finite or on the 0-255 scale."
     if x.shape[-1] == 0 or x.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(x.shape)}).")
@@ -66,7 +70,6 @@ def _check_prepared(x: torch.Tensor) -> torch.Tensor:
                                   "images are taken as already normalised for the embedder. Pass the uint8 image, or "
                                   "divide by 255 and normalise with the prototypes' mean and std.")
     return x
-
 
 # %% ../nbs/05_inputs.ipynb #99a7aa9e
 def _pil_pixels(im) -> np.ndarray:
@@ -80,6 +83,7 @@ def _pil_pixels(im) -> np.ndarray:
                          "0..65535 of 16 bits: scale it to 8 or 16 bits first (e.g. np.uint16 of the values you mean).")
     return a.astype(np.uint16)
 
+# %% ../nbs/05_inputs.ipynb #40f8b2d8
 def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
     if hasattr(img, 'getbands'): img = _pil_pixels(img)                  # a PIL image
@@ -99,12 +103,12 @@ def prepare_image(img, mean=None, std=None):
         return _scaled(x if x.dtype == torch.uint8 else x.int(), scale, mean, std), batched
     return _check_prepared(x), batched
 
-
 # %% ../nbs/05_inputs.ipynb #774e5efe
 def _prob_tol(m: int) -> float:
     "How far from 1 the per-pixel sums of `m` probabilities may be: 0.05, or m × 0.005 for more than 10 classes (up to 0.5), which any rounding to two decimals keeps to."
     return min(0.5, max(0.05, 0.005 * m))
 
+# %% ../nbs/05_inputs.ipynb #36a38b63
 def _probs_off(s: torch.Tensor, dim: int = 1):
     "The largest distance from 1 of the sums of scores `s` along `dim` when every score is in [0, 1]; None when one is not (logits)."
     lo, hi = s.aminmax()
@@ -112,11 +116,13 @@ def _probs_off(s: torch.Tensor, dim: int = 1):
     lo, hi = s.sum(dim).aminmax()                                       # the farthest sums from 1 are the smallest and the largest
     return max(abs(float(lo) - 1), abs(float(hi) - 1))
 
+# %% ../nbs/05_inputs.ipynb #457b14e1
 def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float|None = None) -> bool:
     "Whether scores `s` are probabilities along `dim`: every score in [0, 1] and every per-pixel sum within `tol` of 1 (None: `_prob_tol`, which rounded probabilities pass)."
     off = _probs_off(s, dim)
     return off is not None and off <= (_prob_tol(s.shape[dim]) if tol is None else tol)
 
+# %% ../nbs/05_inputs.ipynb #a7589513
 def _check_score_size(hw: tuple, HW: tuple):
     "Scores (h,w) fit an image (H,W) when equal or a uniform rescale of it (one scale for both axes, up to a score pixel of rounding)."
     (h, w), (H, W) = hw, HW
@@ -127,6 +133,7 @@ def _check_score_size(hw: tuple, HW: tuple):
                          "uniform downscale of it (e.g. the model's stride). Transposed (M,W,H) or cropped scores give wrong "
                          "labels: pass the (M,H,W) map that belongs to this image.")
 
+# %% ../nbs/05_inputs.ipynb #c9f31e7d
 def _as_scores(s) -> torch.Tensor:
     if isinstance(s, np.ndarray):
         if s.dtype == object: raise TypeError("Scores must be a numeric array, got a numpy object array.")

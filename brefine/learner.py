@@ -41,6 +41,7 @@ def _best_prefix(src_shapes: dict, dst_shapes: dict) -> tuple:
     p = max(hits, key=lambda q: (len(hits[q]), -len(q)))
     return p, hits[p]
 
+# %% ../nbs/03f_learner.ipynb #951ad632
 def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
                   source,              # a module or state dict holding the same backbone, e.g. your base segmentation model
                   strict: bool = True, # every backbone tensor must be found in `source`

@@ -48,6 +48,7 @@ def _classes(n_classes, ignore_index) -> tuple:
     ig = None if ignore_index is None else as_int(ignore_index, 'ignore_index', hint=' It is the label of void pixels (e.g. 255), or None.')
     return n, ig
 
+# %% ../nbs/06_metrics.ipynb #237f7c9c
 def _pairs(preds, gts, n_classes, ignore_index, names=('preds', 'gts')) -> list:
     "Checked list of (pred, gt) 2-D numpy pairs."
     _classes(n_classes, ignore_index)
@@ -88,6 +89,7 @@ def _scored(n, ignore_index) -> np.ndarray:
     if ignore_index is not None and 0 <= ignore_index < n: keep[ignore_index] = False
     return keep
 
+# %% ../nbs/06_metrics.ipynb #76e38adf
 def _iou(cm, keep) -> np.ndarray:
     "Per-class IoU from a confusion matrix, NaN for classes that are not scored or have an empty union."
     tp = np.diag(cm).astype(np.float64)
@@ -97,6 +99,7 @@ def _iou(cm, keep) -> np.ndarray:
     iou[ok] = tp[ok] / union[ok]
     return iou
 
+# %% ../nbs/06_metrics.ipynb #2f2fe8c9
 def _mean(x) -> float:
     "Mean of the finite entries of `x`, NaN when there are none."
     x = np.asarray(x, np.float64)
@@ -111,11 +114,13 @@ def _band(m, width, border) -> np.ndarray:
     er = cv2.erode(m, k, borderType=cv2.BORDER_CONSTANT, borderValue=0) if border else cv2.erode(m, k)  # default border: no erosion
     return m > er
 
+# %% ../nbs/06_metrics.ipynb #d77ce67a
 def _bbox(m):
     "Slices of the bounding box of bool mask `m`, grown by one pixel and clipped to the image."
     r, c = np.flatnonzero(m.any(1)), np.flatnonzero(m.any(0))
     return slice(max(r[0] - 1, 0), r[-1] + 2), slice(max(c[0] - 1, 0), c[-1] + 2)
 
+# %% ../nbs/06_metrics.ipynb #245f6667
 def _tol_px(tolerance, h, w) -> float:
     "Tolerance in pixels: `tolerance` itself when >= 1, else ceil(tolerance * image diagonal)."
     return float(tolerance) if tolerance >= 1 else float(math.ceil(tolerance * math.hypot(h, w)))
@@ -160,10 +165,12 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
         out['trimap'] = cnt[[ws.index(wd) for wd in widths]].reshape(len(widths), n, n)   # void: idx's extra bin
     return out
 
+# %% ../nbs/06_metrics.ipynb #d4409fa8
 def _add_stats(tot: dict | None, s: dict) -> dict:
     "Statistics `s` of one image added to the running sums `tot` (None: none yet)."
     return s if tot is None else {k: tot[k] + s[k] for k in tot}
 
+# %% ../nbs/06_metrics.ipynb #a928df89
 def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **kw) -> dict:
     "`_image_stats` summed over a data set, after checking the inputs."
     n_classes, ignore_index = _classes(n_classes, ignore_index)         # Python ints: no numpy overflow in n*n
@@ -211,6 +218,7 @@ def _tolerance(tolerance) -> float:
     "`tolerance` checked: a number >= 0, in pixels or, below 1, a fraction of the image diagonal."
     return as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
 
+# %% ../nbs/06_metrics.ipynb #70154d72
 def _bf_scores(bf, keep) -> tuple:
     "(mean F over the scored (image, class) pairs, per-class F) from summed statistics `bf` = (sums of F, pair counts)."
     (fsum, cnt), res = bf, np.full(len(keep), np.nan)
@@ -218,6 +226,7 @@ def _bf_scores(bf, keep) -> tuple:
     res[ok] = fsum[ok] / cnt[ok]
     return (float(fsum[keep].sum() / cnt[keep].sum()) if cnt[keep].sum() else float('nan')), res
 
+# %% ../nbs/06_metrics.ipynb #5d333e66
 def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None, per_class: bool = False):
     "Boundary F-measure (DAVIS-style), mean over (image, class) pairs in which the class is present; `tolerance` in px, or a fraction of the diagonal when < 1."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
@@ -225,19 +234,20 @@ def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: 
     m, res = _bf_scores(bf, _scored(n_classes, ignore_index))
     return (m, res) if per_class else m
 
-
 # %% ../nbs/06_metrics.ipynb #0c1b76a8
 def _bf_miou_stats(pred, gt, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> dict:
     "What `boundary_f1` and `mean_iou` read of one map `pred` against `gt`: statistics that add up over images (sum them with `+` per key)."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     return _stats([pred], [gt], n_classes, ignore_index, tol=_tolerance(tolerance))
 
+# %% ../nbs/06_metrics.ipynb #654f5962
 def _bf_miou_of(stats: dict, n_classes: int, ignore_index: int | None = None) -> tuple:
     "(`boundary_f1`, `mean_iou`) from statistics of `_bf_miou_stats` (summed over the images)."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     keep = _scored(n_classes, ignore_index)
     return _bf_scores(stats['bf'], keep)[0], _mean(_iou(stats['cm'], keep))
 
+# %% ../nbs/06_metrics.ipynb #e3e4e69f
 def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> tuple:
     "(`boundary_f1`, `mean_iou`) of the same maps, from one pass over them."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
@@ -282,11 +292,13 @@ def _contours(self: _TruthScorer, p) -> tuple:
     np.multiply(lab, pb, out=code[R:R + p.shape[0], R:R + p.shape[1]])
     return pb, code.ravel()
 
+# %% ../nbs/06_metrics.ipynb #d11b41f7
 @patch
 def _found(self: _TruthScorer, code, at) -> np.ndarray:
     "Whether the truth contour pixels `at` have a predicted contour pixel of their class within the tolerance."
     return (code.take(self.around[at]) == self.qc1[at, None]).any(1)
 
+# %% ../nbs/06_metrics.ipynb #523efc27
 @patch
 def _hits(self: _TruthScorer, p, pb, idx) -> tuple:
     "(counts per class of the predicted contour pixels among flat pixels `idx`, of those near a truth contour of their class)."
@@ -312,6 +324,7 @@ def _counts(self: _TruthScorer, p, pb, code) -> dict:
     hit_g = np.bincount(qa[self._found(code, at)], minlength=n) - np.bincount(qa[found0[at]], minlength=n)
     return dict(cm=k0['cm'] + cm.reshape(n, n), n_p=k0['n_p'] + a - a0, hit_p=k0['hit_p'] + b - b0, hit_g=k0['hit_g'] + hit_g)
 
+# %% ../nbs/06_metrics.ipynb #fb3e1fc8
 @patch
 def _prepared(self: _TruthScorer, pred) -> np.ndarray:
     p = np.asarray(to_numpy(pred)).astype(np.int32)                       # labels: made by brefine, in range
@@ -321,6 +334,7 @@ def _prepared(self: _TruthScorer, pred) -> np.ndarray:
     p[self.void] = -1
     return p
 
+# %% ../nbs/06_metrics.ipynb #a180f14b
 @patch
 def rebase(self: _TruthScorer, pred):
     "Count `pred` in full, and make it the reference that later predictions are counted against."
@@ -403,6 +417,7 @@ def _plot_bf(names, res):
     ax.set_ylabel('boundary F1'); ax.set_title('Boundary F1 per class'); ax.legend(); fig.tight_layout()
     return fig
 
+# %% ../nbs/06_metrics.ipynb #f8f83d9a
 def _plot_trimap(widths, res):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -413,6 +428,7 @@ def _plot_trimap(widths, res):
     ax.legend(fontsize=8); fig.tight_layout()
     return fig
 
+# %% ../nbs/06_metrics.ipynb #68c0e936
 def _plot_errors(gt, base, refined, n, ignore_index, idx):
     import matplotlib.pyplot as plt
     g = gt.astype(np.int64); v = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index

@@ -32,6 +32,7 @@ def _class_names(names, n: int) -> list|None:
     if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one name per class.")
     return [str(o) for o in names]
 
+# %% ../nbs/04_prototypes.ipynb #61944f5e
 def _channel_stat(v, name: str) -> tuple|None:
     "`v` (3 numbers: sequence, array or tensor) as a tuple of 3 finite Python floats on the 0..1 scale, or None."
     if v is None: return None
@@ -46,6 +47,7 @@ def _channel_stat(v, name: str) -> tuple|None:
     if name == 'mean' and min(vals) < 0: raise ValueError(f"mean must be between 0 and 1 for every channel (0..1 scale), got {vals}.")
     return vals
 
+# %% ../nbs/04_prototypes.ipynb #fe7ad371
 def _norm_pair(mean, std) -> tuple:
     "Checked (mean, std): both 3 floats on the 0..1 scale, or both None."
     mean, std = _channel_stat(mean, 'mean'), _channel_stat(std, 'std')
@@ -111,6 +113,7 @@ def _proto_state(p: Prototypes) -> dict:
                 names=p.names, train_radius=p.train_radius, mean=list(p.mean) if p.mean else None, std=list(p.std) if p.std else None,
                 ignore_index=p.ignore_index, fingerprint=p.fingerprint)
 
+# %% ../nbs/04_prototypes.ipynb #6bdecc82
 def _proto_from_state(d, path='<state>') -> Prototypes:
     if not isinstance(d, dict) or d.get('format') != PROTOTYPES_FORMAT:
         raise ValueError(f"{path} is not a brefine prototypes file (no '{PROTOTYPES_FORMAT}' header). "
@@ -127,11 +130,13 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
 
+# %% ../nbs/04_prototypes.ipynb #2f034d71
 @patch
 def save(self: Prototypes, path) -> Path:
     "Write the prototypes to `path` atomically (the old file survives a crash mid-write)."
     return atomic_save(_proto_state(self), path)
 
+# %% ../nbs/04_prototypes.ipynb #21425773
 @patch(cls_method=True)
 def load(cls: Prototypes, path) -> Prototypes:
     "Read prototypes written by `Prototypes.save`, validating them; never executes code from the file."
@@ -144,6 +149,7 @@ def _arch(net) -> str:
     return (type(net).__name__ + (f" on {cfg['backbone']}" if isinstance(cfg, dict) and 'backbone' in cfg else '')
             + (f", {dim}-dim" if isinstance(dim, int) else ''))
 
+# %% ../nbs/04_prototypes.ipynb #5ba4ee24
 class EmbedderMismatch(ValueError):
     "Prototypes (from `source`) that another embedder than the one from `embedder_source` made; `why` says how they differ."
     def __init__(self, source, embedder_source, why: str):

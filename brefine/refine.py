@@ -61,6 +61,7 @@ def for_classes(self: RefineSettings, n_classes: int) -> RefineSettings:
     as_int(self.top_n, 'top_n', 1, n_classes, f" top_n counts candidate classes among the {n_classes}.")
     return self
 
+# %% ../nbs/05b_refine.ipynb #b8a9fe88
 def _settings(settings, overrides: dict) -> RefineSettings:
     "`settings` (a `RefineSettings`, or None for the defaults) with the keyword `overrides` applied."
     if settings is not None and not isinstance(settings, RefineSettings):
@@ -81,6 +82,7 @@ def _check_protos(prototypes, n_scores, emb_dim=None):
         raise ValueError(f"The embedder gives {emb_dim}-dim features but the prototypes are {prototypes.emb_dim}-dim: "
                          "use the prototypes extracted with this embedder.")
 
+# %% ../nbs/05b_refine.ipynb #91321797
 def _label_dtype(n_classes: int) -> torch.dtype:
     "The smallest integer type `relabel` keeps labels in: uint8 for up to 256 classes."
     return torch.uint8 if n_classes <= 256 else torch.int32
@@ -96,6 +98,7 @@ def _top_n_any(p: torch.Tensor, n: int) -> tuple:
         if j < n - 1: p = p.scatter(0, i[None], float('-inf'))
     return torch.stack(vals, 1), torch.stack(idx, 1)
 
+# %% ../nbs/05b_refine.ipynb #b44e1385
 def _top_n(p: torch.Tensor, n: int) -> tuple:
     "(values, classes), each (K,n): the `n` largest probabilities of `p` (M,K) (none negative) per column, best first, like `p.t().topk(n, 1)`; ties go to the lower class. For float32, transposed views of (n,K) rows."
     M, K = p.shape
@@ -114,6 +117,7 @@ def _prototype_scores(emb, vecs, sq):
     "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m` (`sq` holds the `|E_m|²`): `|e − E_m|²` short of `|e|²`, which every class shares."
     return sq[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
 
+# %% ../nbs/05b_refine.ipynb #4154616c
 def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
     "Rows (C,K) of bilinear samples of `src` (B,C,h,w) at the full-resolution pixels `at` = (b,y,x) of an image of `size` (H,W): `sample_features(src, *at, size).t()`."
     if src.shape[0] > 1: return sample_features(src, *at, size).t()
@@ -122,6 +126,7 @@ def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
     grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)   # (2x+1)/W − 1, as sample_features
     return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border', align_corners=False).view(src.shape[1], -1)
 
+# %% ../nbs/05b_refine.ipynb #53a530c4
 def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
     "For band pixels `at` = (b,y,x) with candidates `cand` (N,K): the squared distances (N,K) to their prototypes, short of `|e|²` (inf for a class without one), and which candidates have one (N,K)."
     if maps is not None: d = _sample(maps, at, size)                    # (M,K) from the projected maps
@@ -131,13 +136,13 @@ def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
     allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape)
     return d.masked_fill_(~allowed, float('inf')), allowed
 
+# %% ../nbs/05b_refine.ipynb #0e8dc1e7
 def _nearest(d, top_p, alpha: float) -> torch.Tensor:
     "The row (K,) of the smallest `d − alpha·log top_p` in each column of the (N,K) distances `d` and base probabilities `top_p`: the first of equals, 0 when all are inf."
     if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
     j, best = torch.zeros(d.shape[1], dtype=_label_dtype(len(d)), device=d.device), d[0]
     for i in range(1, len(d)): torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
     return j
-
 
 # %% ../nbs/05b_refine.ipynb #84fdf567
 def _arg_max(p: torch.Tensor) -> tuple:
@@ -155,10 +160,12 @@ def _true_at(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type == 'cpu': return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.view(-1).nonzero()[:, 0]
 
+# %% ../nbs/05b_refine.ipynb #1e8bb17c
 def _columns(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
     "The columns `i` (K,) of the rows `x` (N,S): `x.index_select(1, i)` by `gather`, on a CPU several times faster for small integer or bool rows."
     return x.gather(1, i.long().expand(len(x), -1))
 
+# %% ../nbs/05b_refine.ipynb #842c3614
 def _band_pixels(base, top1, is_p: bool, s: RefineSettings) -> torch.Tensor:
     "Flat indices (K,) of the pixels of `base` (B,H,W) to re-decide: its band, and with probabilities (`is_p`) and a gate only those whose top score `top1` is below `s.tau`."
     band = batch_band(base, s.radius)                                      # P4
@@ -186,6 +193,7 @@ def _chunk_for(device) -> int:
     "Band pixels per step of the band pass on `device`: `_CHUNK` on a CPU, `_GPU_CHUNK` on a GPU, where a step's time is mostly kernel launches."
     return _GPU_CHUNK if torch.device(device).type == 'cuda' else _CHUNK
 
+# %% ../nbs/05b_refine.ipynb #7f4efde4
 def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> tuple:
     "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results `chunk` band pixels at a time (None: `_chunk_for` the embedding's device), made as they are read: `list` them to read them again; the grey `levels`)."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
@@ -197,6 +205,7 @@ def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSett
     rows, chunk = probs.transpose(0, 1).reshape(M, -1), chunk or _chunk_for(emb.device)   # rows (M, B·H·W): a view for one image
     return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)), levels
 
+# %% ../nbs/05b_refine.ipynb #6e1fb3c7
 def _grey_pass(base, done: list, before, levels, vote: int, grey: float, M: int):
     "One pass of the grey-weighted vote, in place in the labels `base` (B,H,W), over the re-decided pixels of `done` (`_decisions`' chunks) whose window the pass can change since the labels `before` (None: the first pass)."
     out, redo, plane, voted = base.view(-1), _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), []
@@ -205,6 +214,7 @@ def _grey_pass(base, done: list, before, levels, vote: int, grey: float, M: int)
         voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j), out.index_select(0, li), vote, grey, base.shape, M)))
     for li, v in voted: out.scatter_(0, li, v)                            # all at once: every pixel read the labels before the pass
 
+# %% ../nbs/05b_refine.ipynb #0c84bfd6
 def _decisions(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2):
     "The labels (B,H,W) from `_candidates`' results as they are made: each band pixel's nearest candidate with base weight `alpha` and an unweighted `vote`, yielded once; with `grey`, yielded after each of the vote's `passes` instead. One tensor, updated in place: read it before the next."
     base, M, chunks, levels = candidates
@@ -225,11 +235,13 @@ def _decisions(candidates: tuple, alpha: float, vote: int, grey: float|None = No
         for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     yield base
 
+# %% ../nbs/05b_refine.ipynb #572da7c6
 def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2) -> torch.Tensor:
     "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote` (weighted by `grey`, in `passes`)."
     *_, labels = _decisions(candidates, alpha, vote, grey, passes)
     return labels.long()
 
+# %% ../nbs/05b_refine.ipynb #a6fea910
 def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
     "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
     return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey, s.passes)
@@ -240,6 +252,7 @@ def _base_answer(probs: torch.Tensor) -> tuple:
     base, top1 = _arg_max(probs)
     return base, top1, _looks_like_probs(probs)
 
+# %% ../nbs/05b_refine.ipynb #0c453696
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
@@ -256,7 +269,6 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
                          "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
     return _relabel(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
 
-
 # %% ../nbs/05b_refine.ipynb #3742569e
 def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
     "The embeddings `emb`, refused when they are not finite."
@@ -265,10 +277,12 @@ def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
                          "training run) and the image's normalisation.")
     return emb
 
+# %% ../nbs/05b_refine.ipynb #2b606028
 def _embed(model, x: torch.Tensor) -> torch.Tensor:
     "The embedder's features (B,C,h,w) for the prepared images `x`, refused when they are not finite."
     return _checked_embedding(_embedding(model(x)))
 
+# %% ../nbs/05b_refine.ipynb #26c90617
 def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple:
     "The base scores (B,M,H,W) and the embeddings of the prepared images `x`, both models in eval mode: one base forward for both when `model` reads the base model `probs`' features."
     with _evaluating(model, probs):
@@ -276,7 +290,6 @@ def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple
             logits, emb = embed_with_base(model, probs, x)
             return base_probs(logits, x, True, softmax=False).to(x.device), _checked_embedding(emb)
         return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
-
 
 # %% ../nbs/05b_refine.ipynb #db4fda89
 def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)

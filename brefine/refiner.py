@@ -83,12 +83,14 @@ def _claims(entry: str):
         return re.compile(rf'(embedder|prototypes)-{entry}\.pt|\.((embedder|prototypes)-{entry}\.pt|refiner\.json\.{entry})\.[a-z0-9_]+\.tmp')
     return re.compile(re.escape(entry)) if entry in _V1_FILES.values() else None
 
+# %% ../nbs/06b_refiner.ipynb #a3c52252
 def _journal(path: Path) -> list:
     "The entries noted in the journal of the folder `path` (none without one); lines that are not entries are skipped."
     try: text = (path/_LOCK).read_text(errors='replace')
     except OSError: return []
     return [e for e in text.split() if _claims(e) is not None]
 
+# %% ../nbs/06b_refiner.ipynb #71c79396
 def _claimed(names, entries) -> list:
     "The file `names` that some journal entry of `entries` claims."
     pats = [c for c in map(_claims, entries) if c is not None]
@@ -108,6 +110,7 @@ def _locked(path: Path, shared: bool = False):
     finally:
         if fd is not None: os.close(fd)
 
+# %% ../nbs/06b_refiner.ipynb #e21ada2f
 def _note(fd: int, entries: list):
     "Append `entries` to the journal open at `fd`, durably: before a save writes the files they claim."
     try: os.write(fd, ''.join(e + '\n' for e in entries).encode()); os.fsync(fd)
@@ -131,6 +134,7 @@ def _files_to_replace(path: Path, overwrite: bool) -> list:
     if not overwrite: raise FileExistsError(f"{path} holds a Refiner bundle; pass overwrite=True to replace it.")
     return sorted({n if n in _V1_FILES.values() else n[-19:-3] for n in files.values()})   # a token, or a version-1 name
 
+# %% ../nbs/06b_refiner.ipynb #32f1117c
 def _fsync_dir(path: Path):
     "Make the renames inside the folder `path` durable (POSIX; a no-op where folders cannot be opened)."
     with contextlib.suppress(OSError):
@@ -138,6 +142,7 @@ def _fsync_dir(path: Path):
         try: os.fsync(fd)
         finally: os.close(fd)
 
+# %% ../nbs/06b_refiner.ipynb #69dd1d51
 def _remove_claimed(path: Path, entries: list, keep=()):
     "Remove the files in the folder `path` that the journal `entries` claim, except those in `keep`."
     for n in _claimed(os.listdir(path), entries):

@@ -39,6 +39,7 @@ def _block_runs(base: nn.Module, tr: _Trace, low: dict, high: dict) -> list:
         if j < i: runs.append(kids[j + 1:i + 1])
     return runs
 
+# %% ../nbs/03c_shared_backbone.ipynb #6c8a6977
 def _gives(blocks: nn.Module, x, t) -> bool:
     "Whether `blocks` (in eval mode) turn `x` into the map `t`, as the base model's own blocks did (always, on the meta device)."
     if not isinstance(x, torch.Tensor): return False
@@ -66,6 +67,7 @@ def _trained_blocks(base: nn.Module, tr: _Trace, low: dict, high: dict, k: int |
                                             f"feature {low['name']!r} up to {high['name']!r}: train at most {len(run)}.")
     raise ValueError(f"train_blocks={k} copies blocks of the base model, but {why}: pass train_blocks=0, or high= such a block.")
 
+# %% ../nbs/03c_shared_backbone.ipynb #6cfc3529
 def _name_of(model: nn.Module, m: nn.Module) -> str: return next(n for n, x in model.named_modules() if x is m)
 
 # %% ../nbs/03c_shared_backbone.ipynb #21f1f0ce
@@ -117,12 +119,14 @@ def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> 
     if bad: raise RuntimeError(f"the base model's layer {getattr(self, bad[0])!r} gave {_what(got[bad[0]])} on this input, not a feature map.")
     return out, got['low'], got['high'] if self.blocks is None else got['entry']
 
+# %% ../nbs/03c_shared_backbone.ipynb #aa2babdf
 @patch
 def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tensor, size) -> torch.Tensor:
     "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, then the head -- all that the embedder adds to the base forward (channels-last on a CPU, see `_fast_layout`)."
     low, deep = _fast_layout(self, low, deep)                            # the head's and the copied blocks' weights, not the base's
     return self.head(low, deep if self.blocks is None else self.blocks(deep), size)
 
+# %% ../nbs/03c_shared_backbone.ipynb #337ab25c
 @patch
 def forward(self: SharedEmbeddingNet, x: torch.Tensor, deep: torch.Tensor|None = None) -> torch.Tensor:
     "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features; given `deep`, `x` is the low feature and `deep` the deep one, as `features` gives them (see `FeatureCache`), and the embeddings are at the low feature's size."
@@ -131,6 +135,7 @@ def forward(self: SharedEmbeddingNet, x: torch.Tensor, deep: torch.Tensor|None =
     _, low, deep = self.features(x)
     return self.embed_features(low, deep, embedding_size(x))
 
+# %% ../nbs/03c_shared_backbone.ipynb #abe85310
 @patch
 def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
     "(the base model's output for `x`, as the base returns it; the embeddings), from one forward of the base model."
@@ -146,12 +151,14 @@ def train(self: SharedEmbeddingNet, mode: bool = True):
     if self.blocks is not None: self.blocks.eval()
     return self
 
+# %% ../nbs/03c_shared_backbone.ipynb #8a8b5c0f
 @patch
 def _apply(self: SharedEmbeddingNet, fn, *args, **kwargs):
     "Move or cast (`.to`, `.cuda`, `.half`) the base model with the embedder."
     self.base._apply(fn, *args, **kwargs)
     return nn.Module._apply(self, fn, *args, **kwargs)
 
+# %% ../nbs/03c_shared_backbone.ipynb #d2fdbc4d
 @patch
 def param_groups(self: SharedEmbeddingNet) -> list:
     "Parameter groups for fastai's freeze/unfreeze: (copied base blocks, head), or the head alone."
@@ -168,6 +175,7 @@ def weights_signature(self: SharedEmbeddingNet, k: int = 4) -> tuple:
             sig.append([float(w @ torch.randn(len(w), generator=g).double()) for _ in range(k)]); norms.append(float(w.norm()))
     return sig, norms
 
+# %% ../nbs/03c_shared_backbone.ipynb #e73bb1ed
 @patch
 def base_layers(self: SharedEmbeddingNet, weights: bool = True) -> dict:
     "What the embedder reads of its base model: the model's class, the layer names, their channels, the deep layer's stride, and with `weights` its `weights_signature`."
@@ -185,6 +193,7 @@ class BaseModelNeeded(ValueError):
 
 SAME_WEIGHTS_TOL = 0.02   # the largest change of a base tensor, relative to its norm, still taken as the same weights (a cast, not retraining)
 
+# %% ../nbs/03c_shared_backbone.ipynb #8b2f10cf
 def _weights_change(saved: list, sig: list, norms: list) -> float:
     "The largest relative change of a tensor between two `weights_signature`s (`saved`, and `sig` with its `norms`): |δ| ≈ |Δ projections|/√k, over the larger of the two tensors' norms (the saved one's ≈ |its projections|/√k), which is zero only where both tensors are; inf when they differ in number."
     if len(saved) != len(sig) or any(len(a) != len(b) for a, b in zip(saved, sig)): return math.inf
@@ -193,6 +202,7 @@ def _weights_change(saved: list, sig: list, norms: list) -> float:
         return d / scale if scale > 0 else 0.                               # both zero: the same tensor
     return max((change(a, b, n) for a, b, n in zip(saved, sig, norms)), default=0.)
 
+# %% ../nbs/03c_shared_backbone.ipynb #7550d0a4
 def _check_same_weights(saved: list, net, source):
     "Refuse, naming `source`, a base model whose weights are not those the embedder was trained on (`saved`: their `weights_signature`)."
     change = _weights_change(saved, *net.weights_signature())
@@ -202,6 +212,7 @@ def _check_same_weights(saved: list, net, source):
                          + "): its embeddings and prototypes would not match this model's features. Pass the base model the embedder "
                          "was trained with, or train the embedder on this one.")
 
+# %% ../nbs/03c_shared_backbone.ipynb #53a42808
 def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Module | None = None) -> SharedEmbeddingNet:
     "The `SharedEmbeddingNet` in `d` (from `embedder_state`, kind 'shared') rebuilt on `base`, in eval mode; a clear error without a matching `base`."
     want = d.get('base') if isinstance(d.get('base'), dict) else {}
@@ -240,6 +251,7 @@ def _available_memory() -> int|None:
     except OSError: pass
     return None
 
+# %% ../nbs/03c_shared_backbone.ipynb #a6e53bbc
 def _item_bytes(item: tuple) -> int: return sum(t.numel() * t.element_size() for t in item)
 
 # %% ../nbs/03c_shared_backbone.ipynb #136ce7a4
@@ -252,6 +264,7 @@ def _batch_items(net: SharedEmbeddingNet, x, mask, band, bf16: bool) -> list:
     if not mask.is_floating_point() and 0 <= int(mask.min()) and int(mask.max()) < 256: mask = mask.to(torch.uint8)
     return [tuple(t[j].cpu().clone() for t in (low, deep, mask, band.bool())) for j in range(len(x))]
 
+# %% ../nbs/03c_shared_backbone.ipynb #a5ca82ad
 @torch.no_grad()
 def feature_views(net: SharedEmbeddingNet,  # the embedder whose base model gives the features
                   dl,                      # DataLoader of (image, mask, band) batches; read in its order, `views` times
@@ -271,6 +284,7 @@ def feature_views(net: SharedEmbeddingNet,  # the embedder whose base model give
             out.append(items)
     return FeatureViews(out, mdt)
 
+# %% ../nbs/03c_shared_backbone.ipynb #98de8c2b
 def _check_memory(need: int, views: int, n: int, max_memory: float):
     "Refuse `views` cached views of `n` images taking `need` bytes, more than `max_memory` of the available memory (where it is known)."
     free = _available_memory()
@@ -312,6 +326,7 @@ def reads_base(embedder, base) -> bool:
     net, base = _model_of(embedder), _model_of(base)
     return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
 
+# %% ../nbs/03c_shared_backbone.ipynb #9f14f459
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
     "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`, each model reading them on its own device: one base forward when `reads_base(embedder, base)`."
     net = _model_of(embedder)

@@ -37,6 +37,7 @@ def _loader_rngs(dls) -> list:
     lds = [getattr(dl, 'dl', dl) for dl in (dls.loaders if dls is not None else [])]
     return [dl.rng for dl in lds if hasattr(dl, 'rng')]
 
+# %% ../nbs/04a_training.ipynb #2a4235bd
 def rng_states(dls=None) -> dict:
     "Every random state training draws from: Python's, NumPy's and torch's (CPU and CUDA), and each fastai DataLoader's own RNG."
     fs = get_random_states()
@@ -48,6 +49,7 @@ def rng_states(dls=None) -> dict:
 # %% ../nbs/04a_training.ipynb #c7123f47
 def _pytuple(o): return tuple(_pytuple(v) for v in o) if isinstance(o, list) else o
 
+# %% ../nbs/04a_training.ipynb #3723c6fa
 def set_rng_states(st: dict, dls=None):
     "Restore the random states saved by `rng_states` (the CUDA ones only on as many GPUs as saved them)."
     kind, keys, pos, has_gauss, cached = st['numpy']
@@ -96,10 +98,12 @@ def _own_rng_states(ck) -> dict:
                       f"uninterrupted. Resume with {len(ranks)} process(es) for that.")
     return ranks[0]
 
+# %% ../nbs/04a_training.ipynb #eeb16c7d
 def _without_pretrained(config: dict) -> dict:
     "An embedder's config without `pretrained`, which only says where the weights started (a saved one has its own)."
     return {k: v for k, v in config.items() if k != 'pretrained'}
 
+# %% ../nbs/04a_training.ipynb #d2c26bb8
 def resume_learner(learn, ck) -> int:
     "Load the weights, optimiser and random states of checkpoint `ck` (dict or path) into `learn`: the epoch to continue from."
     if not isinstance(ck, dict): ck = load_checkpoint(ck)
@@ -122,6 +126,7 @@ class _CompletedEpochs(Callback):
     def after_epoch(self):
         if not self.cancelled: self.after_completed_epoch()
 
+# %% ../nbs/04a_training.ipynb #d175e92c
 class CheckpointCallback(_CompletedEpochs):
     "Save a resumable checkpoint after every completed epoch (atomically; only the rank-0 process under DDP)."
     order = 90
@@ -145,10 +150,12 @@ def _distributed() -> bool:
     "Launched by torchrun / accelerate launch with more than one process?"
     return int(os.environ.get('WORLD_SIZE', '1')) > 1
 
+# %% ../nbs/04a_training.ipynb #bde44d5c
 def _set_local_device():
     "Under a multi-GPU launch, put this process on its own GPU before anything is created."
     if _distributed() and torch.cuda.is_available(): torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
 
+# %% ../nbs/04a_training.ipynb #75627c47
 def _init_process_group() -> bool:
     "Join the process group of a torchrun / accelerate launch (NCCL on GPUs, gloo on CPUs); True when this call created it."
     import torch.distributed as dist
@@ -182,6 +189,7 @@ def _say(*a):
     "Print from one process only (rank 0) when several run."
     if rank_distrib() == 0: print(*a, flush=True)
 
+# %% ../nbs/04a_training.ipynb #ba277c0b
 def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
     "`learn.fit_one_cycle` from epoch `start`, data-parallel under a multi-process launch (fastai's `distrib_ctx`)."
     if _distributed():
@@ -237,6 +245,7 @@ def _check_stats(kept: tuple, own: tuple, source):
                      f"{_stats_text(*own)} (its Normalize). Train the embedder on this Learner (train_embedder(..., base=learn) "
                      "or brefine train --learner FILE), which normalises as it does.")
 
+# %% ../nbs/04a_training.ipynb #b4e8c42f
 def _base_stats(base, ck=None, source=None) -> tuple|None:
     "`band_dblock`'s `stats` to train on `base`: on resume, checkpoint `ck`'s (from `source`), checked against `base`'s Learner; else the Learner's own `Normalize`'s, or ImageNet's for a bare model. None: no normalisation."
     from fastai.vision.core import imagenet_stats
@@ -246,7 +255,6 @@ def _base_stats(base, ck=None, source=None) -> tuple|None:
         if own is not None: _check_stats(kept, own, source)
     else: kept = own if own is not None else tuple(imagenet_stats)
     return None if kept[0] is None else kept
-
 
 # %% ../nbs/04a_training.ipynb #1433c6aa
 def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)

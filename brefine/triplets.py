@@ -61,6 +61,7 @@ def feature_distance(a: torch.Tensor, b: torch.Tensor, distance: str = 'euclidea
     if distance == 'cosine': return 1 - F.cosine_similarity(a, b, dim=-1)
     raise ValueError(f"distance must be 'euclidean' or 'cosine', got {distance!r}.")
 
+# %% ../nbs/03e_triplets.ipynb #b90c8775
 def triplet_losses(anchor: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, margin: float = 0.5,
                    distance: str = 'euclidean') -> torch.Tensor:
     "Loss of each triplet (N,): relu(d(anchor, pos) - d(anchor, neg) + margin)."
@@ -77,6 +78,7 @@ def _band_classes(mask, band, ignore_index=None):
 
 N_TRIPLETS = 16384     # triplets per batch, by default
 
+# %% ../nbs/03e_triplets.ipynb #fc783782
 def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
                     band: torch.Tensor,        # (B,H,W) bool band
                     n: int = N_TRIPLETS,       # number of triplets
@@ -184,6 +186,7 @@ class TripletCallback(Callback):
         self.learn.yb = ()                       # nothing to record for this batch
         if not hasattr(self.learn, 'smooth_loss'): self.learn.smooth_loss = torch.tensor(float('nan'))
 
+# %% ../nbs/03e_triplets.ipynb #a6a51b1e
 class ActiveTriplets(Metric):
     "Fraction of sampled triplets whose margin is violated (the ones that train)."
     def reset(self): self.active, self.total = 0, 0

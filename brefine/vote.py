@@ -21,6 +21,7 @@ def _mark(mask: torch.Tensor, i: int, dtype: torch.dtype) -> torch.Tensor:
     "`i` where the bool `mask` holds and 0 elsewhere, as `dtype` (written into the mask's own memory for uint8)."
     return (mask.view(torch.uint8) if dtype == torch.uint8 else mask.to(dtype)).mul_(i)
 
+# %% ../nbs/05a_vote.ipynb #e5d91e75
 def _pixels(lin, B: int, H: int, W: int) -> tuple:
     "(b,y,x) of the flat indices `lin` into (B,H,W)."
     q = torch.div(lin, W, rounding_mode='floor')
@@ -45,12 +46,14 @@ def _box_sums(labels, M: int, k: int) -> tuple:
     c, at32 = torch.arange(M, device=sums.device), sums.numel() < 2 ** 31       # int32 offsets where they fit: faster sums
     return sums, (c // per * sums.shape[1]).to(torch.int32 if at32 else torch.int64), (bits * (c % per)).int(), (1 << bits) - 1
 
+# %% ../nbs/05a_vote.ipynb #ab0769c4
 def _counts_at(sums, off, shift, mask, cand, lin) -> torch.Tensor:
     "int32 window counts (N,K) of the classes `cand` (N,K) at the flat pixels `lin` (K,), from `_box_sums`."
     c = cand.reshape(-1).int()
     v = sums.view(-1).index_select(0, (off.index_select(0, c).view(cand.shape) + lin.to(off.dtype)).view(-1))
     return (v >> shift.index_select(0, c)).bitwise_and_(mask).view(cand.shape)
 
+# %% ../nbs/05a_vote.ipynb #0348d37f
 def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
     "(len(classes), K) float: how many pixels of each class the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image); `labels` a small-int numpy array (cv2) or a tensor."
     lin = torch.as_tensor((b * labels.shape[1] + y) * labels.shape[2] + x)
@@ -67,10 +70,12 @@ def _most(v, cand, allowed) -> torch.Tensor:
         pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
     return pick
 
+# %% ../nbs/05a_vote.ipynb #1e80031f
 def _pick(scores, cand, allowed, cur) -> torch.Tensor:
     "The row (K,) of candidates `cand` (N,K) `allowed` (N,K) with the largest integer `scores` (N,K); a tie keeps the pixel's label `cur` (K,), then goes to the first."
     return _most(scores * 2 + (cand == cur), cand, allowed)
 
+# %% ../nbs/05a_vote.ipynb #d6107425
 def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
     "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
     return _pick(_counts_at(*box, cand, lin), cand, allowed, cur)
@@ -85,18 +90,19 @@ def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
     r, g, b = v.round_().clamp_(0, 255).unbind(1)                        # whole numbers: the sums below stay under 2²⁴, exact in float32
     return r.mul(299).add_(g, alpha=587).add_(b, alpha=114).add_(500).div_(1000).floor_().to(torch.uint8)   # (299 R + 587 G + 114 B + 500) // 1000
 
+# %% ../nbs/05a_vote.ipynb #850cf37b
 @functools.lru_cache(maxsize=16)
 def _grey_weights(sigma: float) -> torch.Tensor:
     "int32 weights (511,) of the grey-level differences d = −255..255 (at d+255): exp(−d²/2σ²) in steps of 1/65536."
     d = torch.arange(-255, 256, dtype=torch.float64)
     return (d * d / (-2 * sigma * sigma)).exp().mul(1 << 16).round().int()
 
+# %% ../nbs/05a_vote.ipynb #31a61dbb
 @functools.lru_cache(maxsize=None)
 def _lattice(k: int) -> tuple:
     "Offsets of up to 5 evenly spread rows (or columns) of a k×k window, from −k//2 to k//2: all of them for k ≤ 5."
     r = k // 2
     return tuple(torch.linspace(-r, r, min(k, 5)).round().long().unique().tolist())
-
 
 # %% ../nbs/05a_vote.ipynb #9b0cfff4
 GREY_TABLE_CLASSES = 64                                                  # up to this many classes the weighted vote reads `_grey_table`
@@ -105,6 +111,7 @@ def _grey_plane(labels, grey, r: int, M: int) -> torch.Tensor:
     "Flat int32 plane of `label·512 + grey` for labels and grey levels (B,H,W), padded by `r` with label `M` (no class's)."
     return F.pad(labels.int().bitwise_left_shift(9).bitwise_or_(grey), (r, r, r, r), value=M << 9).view(-1)
 
+# %% ../nbs/05a_vote.ipynb #31dac427
 @functools.lru_cache(maxsize=4)
 def _grey_table(sigma: float, M: int) -> torch.Tensor:
     "float32 ((M+1)·512, M): row `l·512 + d + 255` holds the weight of the grey-level difference d in column l; label M's rows are 0."
@@ -128,6 +135,7 @@ def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torc
         for j in range(len(ci)): score[j] += wv * (lab == ci[j])
     return score
 
+# %% ../nbs/05a_vote.ipynb #2f79423d
 def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple, M: int) -> torch.Tensor:
     "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate (`cand`, `allowed` (N,K)) with the largest `_grey_scores` (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
     (B, H, W), r = size, k // 2
@@ -144,6 +152,7 @@ def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
     rows = functools.reduce(op, [p[..., r + d:r + d + W] for d in L])
     return functools.reduce(op, [rows[..., r + d:r + d + H, :] for d in L])
 
+# %% ../nbs/05a_vote.ipynb #3754955f
 def _revote(labels, k: int, before=None) -> torch.Tensor:
     "Flat bool (B·H·W,): the pixels of `labels` (B,H,W) whose weighted vote can change them -- more than one label at the k-window's lattice points and, after a pass from the labels `before`, a change at one of them."
     info = torch.iinfo(labels.dtype)                                     # outside the image: no label
