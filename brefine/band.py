@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['disk', 'near_boundary_mask', 'batch_band']
+__all__ = ['TRAIN_RADIUS', 'disk', 'near_boundary_mask', 'batch_band']
 
 # %% ../nbs/01_band.ipynb #2d496611
 _UP, _THRESH = 3, 127   # upsampling factor and Canny thresholds (see the proof below)
@@ -86,8 +86,11 @@ def _check_ignore(ignore_index):
     if ignore_index is not None and (isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, numbers.Integral)):
         raise TypeError(f"ignore_index must be None or an int label (e.g. 11 for CamVid's void), got {ignore_index!r}.")
 
+# %% ../nbs/01_band.ipynb #671de0de
+TRAIN_RADIUS = 3   # the default band radius in pixels of training data, prototypes and the band functions
+
 # %% ../nbs/01_band.ipynb #3825bba3
-def near_boundary_mask(label, radius: int = 3, ignore_index: int | None = None):
+def near_boundary_mask(label, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
     "Bool mask (same kind, device and shape as `label`): pixels within `radius` of a change of label, by Canny, never void."
     radius = _check_radius(radius); _check_ignore(ignore_index)
     is_tensor = isinstance(label, torch.Tensor)
@@ -164,7 +167,7 @@ def _band_t(x, r, ignore_index=None):
     return band
 
 # %% ../nbs/01_band.ipynb #8dff4208
-def batch_band(labels, radius: int = 3, ignore_index: int | None = None):
+def batch_band(labels, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
     "Bool band of `labels` ((B,H,W) or (H,W)), same shape and device, in pure torch: equal to `near_boundary_mask`."
     radius = _check_radius(radius); _check_ignore(ignore_index)
     if not isinstance(labels, torch.Tensor):                # numpy in, numpy out

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_cli.ipynb #4db3fe85
 from __future__ import annotations
-import sys, contextlib
+import re, sys, contextlib
 from pathlib import Path
 import numpy as np
 import torch
@@ -13,12 +13,13 @@ from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.torch_core import rank_distrib, num_distrib
 from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device, _norm_stats, _same_stats
+from .band import TRAIN_RADIUS
 from .data import ImageFormatError, open_image_file
-from .embedder import FUSIONS
 from .shared_backbone import BaseModelNeeded, reads_base
 from .embedder_io import load_embedder
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _distributed, _set_local_device, _init_process_group
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _distributed, _set_local_device, _init_process_group, BASE_OPTIONS, TrainConfig
 from .prototypes import EmbedderMismatch, Prototypes
+from .refine import RefineSettings
 from .metrics import evaluate as _evaluate
 from .calibration import OBJECTIVES
 from .refiner import Refiner
@@ -58,6 +59,15 @@ def _ints(**opts):
     for k, (v, lo) in opts.items():
         if v is not None: as_int(v, f'--{k}', lo)
 
+# %% ../nbs/08_cli.ipynb #06663135
+def _checked(cls, given: dict, build: bool = True, **context):
+    "The options `given` (None: not given) checked by `cls` itself (`TrainConfig`, `RefineSettings`), each refusal naming its option as the command line spells it (`--name`), each checked alone with `context` (the other fields it needs); with `build`, `cls(**given)`, else the options given."
+    given = {k: v for k, v in given.items() if v is not None}
+    for k, v in given.items():
+        try: cls(**{**context, k: v})
+        except (ValueError, TypeError) as e: raise type(e)(re.sub(rf'^{k}\b', f'--{k}', str(e)) if str(e).startswith(k) else f'--{k}: {e}') from None
+    return cls(**given) if build else given
+
 # %% ../nbs/08_cli.ipynb #4b89585b
 def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
           out: str = 'embedder.pt',   # checkpoint to write (updated after every epoch)
@@ -70,7 +80,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           lr: float = 2e-3,           # maximum learning rate
           bs: int = 8,                # batch size (per process under DDP)
           size: int = None,           # resize every image to size x size (squish) before augmentation; default: full images (of mixed sizes, the most common one)
-          radius: int = 3,            # band radius
+          radius: int = TRAIN_RADIUS,            # band radius
           margin: float = 0.5,        # triplet margin
           pretrained: bool = False,   # start from ImageNet weights (torchvision weights API)
           init_from: str = None,      # weights file (.pth state dict, or fastai's learn.save) of your model with the same backbone, to start from
@@ -89,22 +99,19 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     "Train the embedder (with --learner, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
-    _ints(epochs=(epochs, 1), bs=(bs, 1), emb_dim=(emb_dim, 1), radius=(radius, 0), workers=(workers, 0), size=(size, 1),
-          void=(void, 0), seed=(seed, 0), stop_after=(stop_after, 1), train_blocks=(train_blocks, 0), feature_views=(feature_views, 1))
-    as_float(lr, '--lr', 0); as_float(margin, '--margin', 0)
-    if fusion is not None and fusion not in FUSIONS: raise ValueError(f"--fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}.")
+    _ints(void=(void, 0))
+    config = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, workers=workers, seed=seed,
+                                        stop_after=stop_after, bf16=bf16, backbone=backbone, emb_dim=emb_dim, pretrained=pretrained,
+                                        init_from=init_from, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views,
+                                        low=low, high=high))
     if resume:
         if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
     else: ck = None; _check_out(out, force, [init_from, learner])
-    _check_base_options(ck, out, learner is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks,
-                                                           feature_views=feature_views, low=low, high=high),
-                        '--learner FILE', lambda k: '--' + k)
+    _check_base_options(ck, out, learner is not None, {k: getattr(config, k) for k in BASE_OPTIONS}, '--learner FILE', lambda k: '--' + k)
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
-    train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, backbone=backbone, emb_dim=emb_dim,
-                   epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, pretrained=pretrained, init_from=init_from,
-                   workers=workers, seed=seed, resume=resume, stop_after=stop_after, bf16=bf16, base=base, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views, low=low, high=high)
+    train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, config=config, base=base, resume=resume)
     if rank_distrib() == 0:
         ck = load_checkpoint(out)
         if ck['epoch'] < ck['n_epochs']:
@@ -310,7 +317,7 @@ def _check_outputs(files, dsts, inputs):
 def _options(options: dict, n: int, pal=None) -> dict:
     "The refinement settings given as `options` (None: not given), checked against the prototypes' `n` classes, as is a --palette_from palette `pal`."
     given = {k: v for k, v in options.items() if v is not None}
-    if 'top_n' in given: as_int(given['top_n'], '--top_n', 1, n, hint=f" The prototypes have {n} classes.")
+    if 'top_n' in given: _checked(lambda top_n: RefineSettings(top_n=top_n).for_classes(n), dict(top_n=given['top_n']), build=False)
     if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
     if pal is not None and n > 256:
         raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {n} "
@@ -479,12 +486,8 @@ def refine(images: str,               # folder of images (or one image file)
     options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey, passes=passes)
     with _processes() as (rank, world):                                 # alone, or one process of a torchrun launch
         with _CheckedByAll() as checked:                                # all check before any writes; one refuses, all do
-            _ints(bs=(bs, 1), workers=(workers, 0), top_n=(top_n, 1), radius=(radius, 0), vote=(vote, 0), passes=(passes, 1))
-            if vote and vote % 2 == 0:
-                raise ValueError(f"--vote is the side of a square window: 0 (no vote) or odd, like 5 or 9; got {vote}.")
-            if tau is not None: as_float(tau, '--tau', 0, 1, " It gates on the base top-1 probability.")
-            if alpha is not None: as_float(alpha, '--alpha', 0, hint=" It weighs the base log-probability.")
-            if grey: as_float(grey, '--grey', 1, hint=" It is the σ of the vote's grey-level weight, in grey levels; 0: no weight.")
+            _ints(bs=(bs, 1), workers=(workers, 0))
+            _checked(RefineSettings, dict(options, grey=grey or None), build=False, vote=1)   # each setting alone; with the bundle's: `_refiner`
             ref, model, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out), bundle, checkpoint, protos,
                                                                   learner, palette_from, options, force, skip_existing)
             checked.value = todo

@@ -22,7 +22,7 @@ from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_trans
 from torchvision.transforms.functional import gaussian_blur
 from fastcore.basics import store_attr, patch
 from fastai.data.core import DataLoaders
-from .band import batch_band
+from .band import batch_band, TRAIN_RADIUS
 
 # %% auto #0
 __all__ = ['IMAGE_FORMATS', 'SYNTH_CODES', 'CAMVID_CODES', 'ImageFormatError', 'open_image_file', 'TensorBand', 'PILBand',
@@ -135,7 +135,7 @@ PILBand._tensor_cls = TensorBand
 class EdgeMask(Transform):
     "Batch transform, after all augmentations: the label copy in a `TensorBand` becomes its bool band (`batch_band`)."
     order = 100
-    def __init__(self, radius: int = 3, ignore_index: int | None = None):
+    def __init__(self, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
         batch_band(torch.zeros(1, 1, 1, dtype=torch.long), radius, ignore_index)   # fail now on bad arguments
         self.radius, self.ignore_index = radius, ignore_index
     def encodes(self, x: TensorBand):
@@ -143,7 +143,7 @@ class EdgeMask(Transform):
         return TensorBand(batch_band(x, self.radius, self.ignore_index))
 
 # %% ../nbs/02_data.ipynb #603b9c47
-def BandBlock(radius: int = 3, ignore_index: int | None = None) -> TransformBlock:
+def BandBlock(radius: int = TRAIN_RADIUS, ignore_index: int | None = None) -> TransformBlock:
     "`TransformBlock` for the band: reads the label map (`PILBand`), augmented like the mask, made a band by `EdgeMask`."
     return TransformBlock(type_tfms=PILBand.create, batch_tfms=[IntToFloatTensor, EdgeMask(radius, ignore_index)])
 
@@ -190,7 +190,7 @@ class _CheckSameSize(ItemTransform):
 
 # %% ../nbs/02_data.ipynb #0c47f8ba
 def band_dblock(codes: list,                      # class names (the `MaskBlock` vocab)
-                radius: int = 3,                  # band radius in pixels
+                radius: int = TRAIN_RADIUS,                  # band radius in pixels
                 ignore_index: int | None = None,  # void label: never in the band
                 size: int | tuple | None = None,  # (h, w) or int: resize every item (squish); None: keep sizes
                 blur: bool = True,                # `RandomBlur` the training images
@@ -367,7 +367,7 @@ def _dataloaders(dblock, items, bs, **kw):
 
 # %% ../nbs/02_data.ipynb #31a9a3c6
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
-                     ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
+                     ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
     path = Path(path)
     layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
@@ -385,7 +385,7 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
 
 # %% ../nbs/02_data.ipynb #6068dd3d
 def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: float = 0.2, seed: int | None = None,
-                        ignore_index: int | None = None, radius: int = 3, size: int | tuple | None = None, bs: int = 8, **kw):
+                        ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from image files `fnames` and `label_func` (image file -> mask file), split at random; images of mixed sizes are resized to the most common size unless `size` says."
     fnames = [Path(f) for f in fnames]
     if not fnames: raise ValueError("fnames is empty: pass the list of image files (e.g. `get_image_files(path)`).")
@@ -444,7 +444,7 @@ def train_size(self: SegData) -> tuple:
 
 # %% ../nbs/02_data.ipynb #f690bd71
 @patch
-def dls(self: SegData, bs: int = 8, radius: int = 3, size=None, **kw) -> DataLoaders:
+def dls(self: SegData, bs: int = 8, radius: int = TRAIN_RADIUS, size=None, **kw) -> DataLoaders:
     "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
     train, valid = self.files('train'), self.files('val')
     sizes = [_size(f) for f in train + valid]

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from fastcore.basics import ifnone
 from fastai.vision.all import Learner, CrossEntropyLossFlat, Adam
 from .core import to_numpy, atomic_write
+from .band import TRAIN_RADIUS
 from .data import make_synthetic_folder, dls_from_folders, synthetic_scene, SYNTH_CODES
 from .learner import refine_learner
 from .prototypes import extract_prototypes
@@ -78,7 +79,7 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
     learn = refine_learner(dls, backbone=backbone, emb_dim=emb_dim, pretrained=False)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(emb_epochs, 2e-3)
     say(f"embedder trained ({emb_epochs} epochs): {time.time()-t0:.0f}s")
-    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n, train_radius=3, names=SYNTH_CODES, progress=False)
+    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n, train_radius=TRAIN_RADIUS, names=SYNTH_CODES, progress=False)
     base_model = base.model.eval()
     ref = Refiner(learn.model.eval(), protos)
     val_imgs, val_gts = _heldout(n_valid, seed + 10_000, size)

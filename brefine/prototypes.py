@@ -12,7 +12,7 @@ import torch.nn as nn
 from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
 from .core import atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain, _norm_stats, _embedding
-from .band import batch_band
+from .band import batch_band, TRAIN_RADIUS
 from .embedder_io import embedder_fingerprint
 from .triplets import band_features
 
@@ -65,7 +65,7 @@ class Prototypes:
                  vectors: torch.Tensor,    # (L, C) float: the mean band embedding of each class (rows of missing classes are ignored)
                  counts: torch.Tensor,     # (L,) int: band pixels averaged into each vector; 0 marks a missing class
                  names: list|None = None,  # class names (strings), when known
-                 train_radius: int = 3,    # radius of the ground-truth band the vectors were averaged over
+                 train_radius: int = TRAIN_RADIUS,    # radius of the ground-truth band the vectors were averaged over
                  mean: tuple|None = None,  # per-channel image mean (0..1 scale) the embedder expects, for raw images
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
                  ignore_index: int|None = None,
@@ -125,7 +125,7 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     names = d.get('names')
     if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
     try:
-        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', 3)), d.get('mean'), d.get('std'), d.get('ignore_index'),
+        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', TRAIN_RADIUS)), d.get('mean'), d.get('std'), d.get('ignore_index'),
                           d.get('fingerprint'))   # older files: None, unknown
     except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
@@ -206,7 +206,7 @@ def _check_batch(imgs, masks, i: int, mean=None, std=None):
 def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner, or any module (B,3,H,W) -> (B,C,h,w)
                        data,                      # fastai DataLoader or iterable of (images, masks[, band]) batches
                        n_classes: int,            # number of classes L (labels 0..L-1, besides ignore_index)
-                       train_radius: int = 3,     # radius in pixels of the band around each ground-truth boundary
+                       train_radius: int = TRAIN_RADIUS,     # radius in pixels of the band around each ground-truth boundary
                        ignore_index: int|None = None, # void label: never counted
                        names: list|None = None,   # class names (taken from `data.vocab` when available)
                        mean=None, std=None,       # image normalisation to record (read from `data`'s Normalize when None)

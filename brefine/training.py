@@ -11,15 +11,19 @@ import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
-from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats, as_float, as_int
+from .band import TRAIN_RADIUS
 from .data import dls_from_folders
+from .embedder import FUSIONS
 from .embedder_io import check_embedder_state, embedder_from_state, embedder_state
 from .learner import refine_learner
 from .prototypes import extract_prototypes
 
 # %% auto #0
-__all__ = ['rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner', 'CheckpointCallback',
-           'StopAfter', 'train_embedder', 'prototypes_from_checkpoint']
+__all__ = ['BASE_OPTIONS', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner',
+           'CheckpointCallback', 'StopAfter', 'TrainConfig', 'train_embedder', 'prototypes_from_checkpoint']
 
 # %% ../nbs/04a_training.ipynb #e16d79e5
 def _plain_tree(o):
@@ -221,21 +225,22 @@ def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the
 
 
 # %% ../nbs/04a_training.ipynb #05f0147d
-def _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion=None, feature_views=None, low=None, high=None) -> dict:
-    "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those given, a `SharedEmbeddingNet` on `base`'s features when there is one."
-    _check_base_options(ck, out, base is not None, dict(backbone=backbone, pretrained=pretrained, init_from=init_from, train_blocks=train_blocks,
-                                                        feature_views=feature_views, low=low, high=high))
+BASE_OPTIONS = ('backbone', 'pretrained', 'init_from', 'train_blocks', 'feature_views', 'low', 'high')   # the options `_check_base_options` checks
+
+def _net_kwargs(ck, out, base, c: TrainConfig) -> dict:
+    "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those of `c`, a `SharedEmbeddingNet` on `base`'s features when there is one."
+    _check_base_options(ck, out, base is not None, {k: getattr(c, k) for k in BASE_OPTIONS})
     if ck is not None:
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
-        for k, v in dict(low=low, high=high).items():
-            if v is not None and v != ck['config'].get(k):
-                raise ValueError(f"{k}={v!r}, but the run in {out} reads {ck['config'].get(k)!r}: drop {k} to resume it.")
+        for k in ('low', 'high'):
+            if getattr(c, k) is not None and getattr(c, k) != ck['config'].get(k):
+                raise ValueError(f"{k}={getattr(c, k)!r}, but the run in {out} reads {ck['config'].get(k)!r}: drop {k} to resume it.")
         embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
         return dict(ck['config'], base=_model_of(base))
-    given = {k: v for k, v in dict(emb_dim=emb_dim, fusion=fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
-    if base is None: return dict(backbone=backbone or 'mobilenet_v2', pretrained=pretrained, backbone_init=_state_dict(init_from) if init_from else None, **given)
-    return dict(base=_model_of(base), train_blocks=train_blocks, low=low, high=high, **given)
-
+    given = {k: v for k, v in dict(emb_dim=c.emb_dim, fusion=c.fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
+    if base is None:
+        return dict(backbone=c.backbone or 'mobilenet_v2', pretrained=c.pretrained, backbone_init=_state_dict(c.init_from) if c.init_from else None, **given)
+    return dict(base=_model_of(base), train_blocks=c.train_blocks, low=c.low, high=c.high, **given)
 
 # %% ../nbs/04a_training.ipynb #813faca7
 def _check_stats(kept: tuple, own: tuple, source):
@@ -256,50 +261,73 @@ def _base_stats(base, ck=None, source=None) -> tuple|None:
     else: kept = own if own is not None else tuple(imagenet_stats)
     return None if kept[0] is None else kept
 
+# %% ../nbs/04a_training.ipynb #d3caec33
+@dataclass(frozen=True)
+class TrainConfig:
+    "How `train_embedder` trains an embedder: the options that travel together from `brefine train` to `refine_learner`; checked when made."
+    epochs: int = 10                # epochs of one-cycle training
+    lr: float = 2e-3                # maximum learning rate
+    bs: int = 8                     # batch size (per process)
+    size: int|None = None           # resize every image to size x size (squish) before augmentation; None: full images (of mixed sizes, the most common one)
+    radius: int = TRAIN_RADIUS      # band radius of the training data
+    margin: float = 0.5             # triplet margin
+    workers: int = 0                # DataLoader worker processes
+    seed: int = 0                   # random seed (process k of a multi-process run: seed + k)
+    stop_after: int|None = None     # stop cleanly after this many epochs of this run
+    bf16: bool = False              # bfloat16 mixed precision (`BF16Training`); on resume, the checkpoint's choice
+    backbone: str|None = None       # see `EmbeddingNet` (None: 'mobilenet_v2'); not with a base model
+    emb_dim: int|None = None        # embedding size (None: `refine_learner`'s)
+    pretrained: bool = False        # start from ImageNet weights; not with a base model
+    init_from: str|None = None      # weights file with the same backbone to start from (see `_state_dict`); not with a base model
+    train_blocks: int|None = None   # with a base model: copies of its last blocks to train (see `SharedEmbeddingNet`)
+    fusion: str|None = None         # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
+    feature_views: int|None = None  # with a base model: train on its features of this many augmented passes, computed once (`FeatureCache`)
+    low: str|None = None            # with a base model: its stride-4 layer, as in `named_modules()` ('encoder.layer1', or 'encoder[2]'); None: found
+    high: str|None = None           # with a base model: its deep layer, named as `low`; None: found automatically
+
+    def __post_init__(self):
+        put = partial(object.__setattr__, self)
+        for k, lo in dict(epochs=1, bs=1, size=1, radius=0, workers=0, seed=0, stop_after=1, emb_dim=1, train_blocks=0, feature_views=1).items():
+            if getattr(self, k) is not None: put(k, as_int(getattr(self, k), k, lo))
+        put('lr', as_float(self.lr, 'lr', 0)); put('margin', as_float(self.margin, 'margin', 0))
+        if self.fusion is not None and self.fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}.")
+
+# %% ../nbs/04a_training.ipynb #e5d9a949
+def _train_config(config, options: dict) -> TrainConfig:
+    "`config` (a `TrainConfig`, or None for the defaults) with the single `options` given by name applied."
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {config!r}; pass single options by name, e.g. epochs=20.")
+    names = [f.name for f in fields(TrainConfig)]
+    unknown = sorted(set(options) - set(names))
+    if unknown: raise TypeError(f"Unknown training option(s) {', '.join(unknown)}: the options are {', '.join(names)}.")
+    return replace(config or TrainConfig(), **options)
+
 # %% ../nbs/04a_training.ipynb #1433c6aa
-def train_embedder(data,                      # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
-                   out,                       # checkpoint to write after every epoch
-                   codes: list = None,        # class names (taken from the checkpoint on `resume`)
-                   void: int = None,          # label value of void pixels
-                   backbone: str = None,      # see `EmbeddingNet` (None: 'mobilenet_v2'); not with `base`
-                   emb_dim: int = None,       # embedding size (None: `refine_learner`'s)
-                   epochs: int = 10,          # epochs of one-cycle training
-                   lr: float = 2e-3,          # maximum learning rate
-                   bs: int = 8,               # batch size (per process)
-                   size: int = None,          # resize every image to size x size (squish) before augmentation; default: full images (of mixed sizes, the most common one)
-                   radius: int = 3,           # band radius
-                   margin: float = 0.5,       # triplet margin
-                   pretrained: bool = False,  # start from ImageNet weights
-                   init_from = None,          # weights file with the same backbone to start from (see `_state_dict`)
-                   workers: int = 0,          # DataLoader worker processes
-                   seed: int = 0,             # random seed (process k of a multi-process run: seed + k)
-                   resume: bool = False,      # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
-                   stop_after: int = None,    # stop cleanly after this many epochs of this run
-                   bf16: bool = False,        # bfloat16 mixed precision (`BF16Training`); on `resume`, the checkpoint's choice
-                   base = None,               # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
-                   train_blocks: int = None,  # with `base`: copies of its last blocks to train (see `SharedEmbeddingNet`)
-                   fusion: str = None,        # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
-                   feature_views: int = None, # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`); on `resume`, the checkpoint's
-                   low: str = None,           # with `base`: its stride-4 layer, as in `base.named_modules()` ('encoder.layer1', or 'encoder[2]' for an item of a layer's output); None: found automatically (`feature_candidates(model)` lists the names)
-                   high: str = None           # with `base`: its deep layer, named as `low`; None: found automatically
-                  ) -> Path:
+def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
+                   out,                         # checkpoint to write after every epoch
+                   codes: list = None,          # class names (taken from the checkpoint on `resume`)
+                   void: int = None,            # label value of void pixels
+                   config: TrainConfig = None,  # how to train (None: `TrainConfig()`)
+                   base = None,                 # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
+                   resume: bool = False,        # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
+                   **options) -> Path:          # single `TrainConfig` options by name, replacing `config`'s (`epochs=20`)
     "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
-    ck = load_checkpoint(out) if resume else None
+    c, ck = _train_config(config, options), load_checkpoint(out) if resume else None
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
-    net = _net_kwargs(ck, out, base, backbone, emb_dim, pretrained, init_from, train_blocks, fusion, feature_views, low, high)   # every option checked before the data are read
+    net = _net_kwargs(ck, out, base, c)                               # every option checked before the data are read
     stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
-    if ck: codes, void, radius, epochs, bf16 = ck['meta']['codes'], ck['meta']['void'], ck['meta']['radius'], ck['n_epochs'], ck['meta'].get('bf16', False)
-    if ck: feature_views = ck['meta'].get('feature_views')
-    set_seed(seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
-    dls = dls_from_folders(data, codes, ignore_index=void, radius=radius, bs=bs, size=size, num_workers=workers, stats=stats)
-    learn = refine_learner(dls, margin=margin, ignore_index=void, bf16=bf16, feature_views=feature_views, **net)
+    if ck: codes, void, c = ck['meta']['codes'], ck['meta']['void'], replace(c, radius=ck['meta']['radius'], epochs=ck['n_epochs'],
+                                                                           bf16=ck['meta'].get('bf16', False), feature_views=ck['meta'].get('feature_views'))
+    set_seed(c.seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
+    dls = dls_from_folders(data, codes, ignore_index=void, radius=c.radius, bs=c.bs, size=c.size, num_workers=c.workers, stats=stats)
+    learn = refine_learner(dls, margin=c.margin, ignore_index=void, bf16=c.bf16, feature_views=c.feature_views, **net)
     mean, std = _norm_stats(dls.train)
-    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=radius, mean=mean, std=std, seed=seed, bf16=bf16, feature_views=feature_views)
+    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=c.radius, mean=mean, std=std, seed=c.seed, bf16=c.bf16, feature_views=c.feature_views)
     start = resume_learner(learn, ck) if ck else 0
-    if ck: _say(f"resuming from epoch {start} of {epochs}")
-    _fit_one_cycle(learn, epochs, lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(stop_after)] if stop_after else []))
+    if ck: _say(f"resuming from epoch {start} of {c.epochs}")
+    _fit_one_cycle(learn, c.epochs, c.lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(c.stop_after)] if c.stop_after else []))
     return Path(out)
 
 # %% ../nbs/04a_training.ipynb #6e8f4967
