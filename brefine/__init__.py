@@ -10,7 +10,7 @@ __all__ = []
 import warnings
 with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
-    from brefine import core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner
+    from brefine import core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation
 from .core import *
 from .band import *
 from .data import *
@@ -29,4 +29,5 @@ from .refine import *
 from .metrics import *
 from .calibration import *
 from .refiner import *
-__all__ = [name for m in (core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner) for name in m.__all__]
+from .evaluation import *
+__all__ = [name for m in (core, band, data, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation) for name in m.__all__]

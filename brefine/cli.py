@@ -6,28 +6,26 @@
 from __future__ import annotations
 import re, sys, contextlib
 from pathlib import Path
-import numpy as np
 import torch
-from fastcore.basics import patch, ifnone
+from fastcore.basics import ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
-from fastai.torch_core import rank_distrib, num_distrib
-from .core import as_float, as_int, atomic_write, safe_load, to_numpy, default_device, _norm_stats, _same_stats
+from fastai.torch_core import rank_distrib
+from .core import as_float, as_int, atomic_write, to_numpy, default_device, _norm_stats, _same_stats
 from .band import TRAIN_RADIUS
-from .data import ImageFormatError, open_image_file
 from .shared_backbone import BaseModelNeeded, reads_base
 from .embedder_io import load_embedder
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, _distributed, _set_local_device, _init_process_group, BASE_OPTIONS, TrainConfig
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, BASE_OPTIONS, TrainConfig, _CheckedByAll, _processes, _share, _total
 from .prototypes import EmbedderMismatch, Prototypes
 from .refine import RefineSettings
-from .metrics import evaluate as _evaluate
+from .evaluation import evaluate as _evaluate
 from .calibration import OBJECTIVES
 from .refiner import Refiner
 from .demo import run_demo
+from .files import IMG_EXTS, RefineItems, _palette, _read_labels, _score_file, _write_png, _check_maps, _checked_labels, _ground_truth
 
 # %% auto #0
-__all__ = ['IMG_EXTS', 'COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'read_image', 'RefineItems', 'refine', 'evaluate',
-           'calibrate', 'demo', 'main']
+__all__ = ['COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'refine', 'evaluate', 'calibrate', 'demo', 'main']
 
 # %% ../nbs/08_cli.ipynb #8118edeb
 def _codes(data: Path, codes, n_classes):
@@ -136,138 +134,6 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
     pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
     if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
     return out
-
-# %% ../nbs/08_cli.ipynb #ee6081bc
-IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
-
-def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
-    "An OpenCV image (H,W) or (H,W,C) in BGR(A) order as RGB (H,W,3); only 8- and 16-bit pixels."
-    if a.dtype not in (np.uint8, np.uint16):
-        raise ValueError(f"cannot read image {f}: it holds {a.dtype} pixels, and brefine reads 8- and 16-bit images. "
-                         "Save it as an 8- or 16-bit PNG.")
-    if a.ndim == 3 and a.shape[2] >= 3: return np.ascontiguousarray(a[..., 2::-1])   # BGR(A) -> RGB
-    g = a if a.ndim == 2 else a[..., 0]                                               # grey, maybe with alpha
-    return np.repeat(g[..., None], 3, axis=2)
-
-# %% ../nbs/08_cli.ipynb #3dfa12c0
-def _pil_image(f, rgb: bool = True):
-    "The image file `f` (of `IMAGE_FORMATS` only) as RGB pixels, or with `rgb=False` its format, by PIL. Errors name the file."
-    try:
-        with open_image_file(f) as im: return np.asarray(im.convert('RGB')) if rgb else im.format
-    except (FileNotFoundError, PermissionError, MemoryError, ImageFormatError): raise
-    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
-
-# %% ../nbs/08_cli.ipynb #a4e138c0
-def read_image(f) -> np.ndarray:
-    "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept); only the formats of `IMAGE_FORMATS`, by content. Errors name the file."
-    import cv2
-    f = Path(f)
-    if f.stat().st_size == 0: raise ValueError(f"cannot read image {f}: the file is empty (0 bytes).")
-    if _pil_image(f, rgb=False) in ('PNG', 'TIFF'):        # lossless formats that can hold 16 bits, whatever the file's name
-        a = cv2.imdecode(np.fromfile(f, np.uint8), cv2.IMREAD_UNCHANGED)
-        if a is not None: return _rgb(a, f)
-    return _pil_image(f)
-
-# %% ../nbs/08_cli.ipynb #edb6dbd1
-def _score_file(scores: Path, image: Path):
-    "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None."
-    return next((c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()), None)
-
-# %% ../nbs/08_cli.ipynb #f588f8e2
-def _load_npy(f: Path) -> np.ndarray:
-    "The array in the .npy file `f`, read without unpickling anything; errors name the file."
-    try: a = np.load(f, allow_pickle=False)
-    except (FileNotFoundError, PermissionError): raise
-    except Exception as e:
-        why = ("holds Python objects (an object array), not numbers" if 'Object arrays' in str(e) else
-               "is pickled data, not a .npy array" if 'pickled' in str(e) else
-               f"is empty, truncated or not a .npy file ({type(e).__name__}: {e})")
-        raise ValueError(f"cannot read score file {f}: it {why}. Score files are read as data only, never unpickled: "
-                         "save float scores with np.save(path, scores.astype(np.float32)).") from None
-    if not isinstance(a, np.ndarray): a.close(); raise ValueError(f"{f} is an .npz archive: save each image's scores with np.save.")
-    return a
-
-# %% ../nbs/08_cli.ipynb #6b2a372d
-def _read_scores(f: Path) -> torch.Tensor:
-    "The float (M,H,W) scores in the file `f` (.npy without unpickling, .pt with `safe_load`): never runs code from the file."
-    sc = _load_npy(f) if f.suffix.lower() == '.npy' else safe_load(f, 'score file')
-    if isinstance(sc, np.ndarray) and sc.dtype.kind == 'f': sc = torch.from_numpy(np.ascontiguousarray(sc))
-    if not isinstance(sc, torch.Tensor) or not sc.is_floating_point():
-        what = f"{sc.dtype} values" if hasattr(sc, 'dtype') else f"a {type(sc).__name__}"
-        raise ValueError(f"{f} holds {what}, not scores: save one float (M,H,W) array of probabilities or logits per image.")
-    if sc.ndim != 3: raise ValueError(f"{f} holds an array of shape {tuple(sc.shape)}: save one (M,H,W) score map per image.")
-    if not torch.isfinite(sc.sum(dtype=torch.float64)): raise ValueError(f"{f} holds NaN or inf scores: check the base model's output.")
-    return sc
-
-# %% ../nbs/08_cli.ipynb #b70b5624
-def _palette(src):
-    "The palette of the PNG `src`, or of the first PNG in the folder `src`, and that file; `(None, None)` without `src`."
-    if src is None: return None, None
-    src = Path(src)
-    if src.is_dir():
-        f = next((p for p in sorted(src.iterdir()) if p.suffix.lower() == '.png'), None)
-        if f is None: raise ValueError(f"--palette_from {src} holds no PNG to copy a palette from: pass a folder of palette label PNGs.")
-    elif src.is_file(): f = src
-    else: raise FileNotFoundError(f"--palette_from not found: {src}")
-    try:
-        with open_image_file(f, 'the --palette_from file') as im: mode, pal = im.mode, im.getpalette()
-    except ImageFormatError: raise
-    except Exception as e: raise ValueError(f"cannot read {f} (--palette_from): {e}.") from None
-    if mode != 'P': raise ValueError(f"{f} (--palette_from) has no palette (mode {mode}): pass palette label PNGs (mode P), "
-                                     "or drop --palette_from to write plain label PNGs.")
-    return pal, f
-
-# %% ../nbs/08_cli.ipynb #d96f7542
-def _write_png(labels: np.ndarray, fname: Path, palette=None):
-    "Write the label map `labels` (H,W) to `fname` atomically: 8-bit (with `palette` when given), 16-bit when a label exceeds 255."
-    from PIL import Image
-    top = int(labels.max(initial=0))
-    if top > 65535 or (palette is not None and top > 255):
-        raise ValueError(f"label {top} does not fit a {'palette' if palette is not None else '16-bit'} PNG ({fname}).")
-    if top > 255: im = Image.fromarray(labels.astype(np.uint16))
-    else:
-        im = Image.fromarray(labels.astype(np.uint8))
-        if palette: im = im.convert('P'); im.putpalette(palette)
-    with atomic_write(fname, 'wb') as f: im.save(f, format='PNG')
-
-# %% ../nbs/08_cli.ipynb #2374e85b
-class RefineItems(torch.utils.data.Dataset):
-    "Images with their saved scores (a folder of `<stem>.npy`/`.pt`, or a list of score files; None when a model computes them), for a `DataLoader`."
-    def __init__(self, files, scores=None, n_classes: int|None = None):
-        self.files, self.n_classes = [Path(f) for f in files], n_classes
-        self.scores = scores if scores is None else [Path(s) for s in scores] if isinstance(scores, (list, tuple)) else Path(scores)
-    def __len__(self): return len(self.files)
-    def score_file(self, i) -> Path:
-        "The score file of image `i`."
-        if isinstance(self.scores, list): return self.scores[i]
-        f = self.files[i]; sf = _score_file(self.scores, f)
-        if sf is None: raise FileNotFoundError(f"No scores for {f.name}: expected {f.stem}.npy or {f.stem}.pt in {self.scores}.")
-        return sf
-    def __getitem__(self, i):
-        f = self.files[i]; img = read_image(f)
-        if self.scores is None: return i, img, None
-        sf = self.score_file(i); sc = _read_scores(sf)
-        if sc.shape[-2:] != img.shape[:2]:
-            raise ValueError(f"{sf} holds scores of shape {tuple(sc.shape)} for the {img.shape[0]}x{img.shape[1]} image {f}: "
-                             "save one (M,H,W) score map per image, at the image's size.")
-        if self.n_classes is not None and sc.shape[0] != self.n_classes:
-            raise ValueError(f"{sf} holds scores for {sc.shape[0]} classes but the prototypes have {self.n_classes}: use the "
-                             "scores of the base model whose classes the prototypes were extracted for, in the same order.")
-        return i, img, sc
-
-# %% ../nbs/08_cli.ipynb #d67d4909
-@patch
-def collate(self: RefineItems, items) -> list:
-    "A batch as groups of images of one size and depth, each stacked: `[(indices, images (B,H,W,3), scores (B,M,H,W) or None)]`."
-    m = {int(sc.shape[0]): i for i, _, sc in items if sc is not None}
-    if len(m) > 1:
-        (ma, a), (mb, b) = list(m.items())[:2]
-        raise ValueError(f"{self.score_file(a)} holds scores for {ma} classes but {self.score_file(b)} for {mb}: every "
-                         "score file must hold the same classes, in the same order.")
-    groups = {}
-    for it in items: groups.setdefault((it[1].shape, it[1].dtype), []).append(it)
-    return [(torch.tensor([i for i, *_ in g]), np.stack([im for _, im, _ in g]),
-             None if g[0][2] is None else torch.stack([sc for *_, sc in g])) for g in groups.values()]
 
 # %% ../nbs/08_cli.ipynb #2596c95c
 def _refine_inputs(images: Path, scores, learner):
@@ -384,50 +250,6 @@ def _make_dir(d: Path):
     except FileExistsError: raise NotADirectoryError(f"{d} is a file: pass a folder for the outputs.") from None
     except OSError as e: raise type(e)(e.errno, f"cannot create the folder {d}: {e.strerror}. Choose a folder you can write to.") from None
 
-# %% ../nbs/08_cli.ipynb #843dad98
-@contextlib.contextmanager
-def _processes():
-    "The block as one process of a torchrun launch (on its LOCAL_RANK GPU, in the process group) or alone: (rank, processes)."
-    _set_local_device(); own = _init_process_group()
-    try: yield (rank_distrib(), num_distrib()) if _distributed() else (0, 1)
-    finally:
-        if own: torch.distributed.destroy_process_group()
-
-# %% ../nbs/08_cli.ipynb #1c17b4dc
-class _CheckedByAll:
-    "Checks every process runs before any writes: if one refuses, all raise its error; else all get rank 0's `.value`."
-    value = None
-    def __enter__(self): return self
-    def __exit__(self, typ, err, tb):
-        import pickle, torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()): return False          # alone: a plain block
-        if err is not None and not isinstance(err, Exception): return False            # Ctrl-C and the like go through
-        rank, world = dist.get_rank(), dist.get_world_size()
-        try: sent = pickle.loads(pickle.dumps(err))
-        except Exception: sent = RuntimeError(f"{type(err).__name__}: {err}")       # an error that does not pickle, as text
-        got = [None] * world
-        dist.all_gather_object(got, (sent, self.value if rank == 0 else None))
-        r = next((r for r, (e, _) in enumerate(got) if e is not None), None)
-        if r is None: self.value = got[0][1]; return False
-        first = err if r == rank else got[r][0]
-        first._brefine_refused_by = (r, world)                                          # `main` prints it once, in process 0
-        if first is err: return False
-        raise first from None
-
-# %% ../nbs/08_cli.ipynb #47cb8024
-def _share(todo: list, bs: int, rank: int = 0, world: int = 1) -> list:
-    "Process `rank`'s share of the indices `todo` among `world` processes: one process's batches of `bs`, dealt in turn."
-    batches = [todo[i:i + bs] for i in range(0, len(todo), bs)]
-    return [i for b in batches[rank::world] for i in b]
-
-# %% ../nbs/08_cli.ipynb #896da8c1
-def _total(n: int) -> int:
-    "The sum of `n` over the processes of a launch (`n` alone); every process waits here for the others."
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()): return n
-    got = [None] * dist.get_world_size(); dist.all_gather_object(got, n)
-    return sum(got)
-
 # %% ../nbs/08_cli.ipynb #f849e23d
 def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4, workers: int = 0,
                 progress: bool = True) -> int:
@@ -503,28 +325,6 @@ def refine(images: str,               # folder of images (or one image file)
     if rank == 0: print(f"wrote {n} refined label maps to {out}{kept}" + (f" in {world} processes" if world > 1 else ''))
     return out
 
-# %% ../nbs/08_cli.ipynb #af1545e3
-def _read_labels(f: Path) -> np.ndarray:
-    "The label map in the PNG `f` as int64 (H,W): 8-bit, palette or 16-bit; errors name the file."
-    try:
-        with open_image_file(f, 'label map') as im: mode, a = im.mode, np.asarray(im)
-    except (FileNotFoundError, PermissionError, ImageFormatError): raise
-    except Exception as e: raise ValueError(f"cannot read label map {f}: {e}.") from None
-    if a.ndim != 2 or a.dtype.kind not in 'biu':
-        raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")
-    return a.astype(np.int64)
-
-# %% ../nbs/08_cli.ipynb #c61cffa6
-def _check_maps(maps: dict, dirs: dict, names: list, n_classes: int, void=None):
-    "Refuse, naming the files, a label map whose size differs from its ground truth's, or a label outside 0..n_classes-1 (but `void`)."
-    for k, ms in maps.items():
-        for n, a, g in zip(names, ms, maps['gts']):
-            if a.shape != g.shape: raise ValueError(f"{dirs[k]/n} is {a.shape[1]}x{a.shape[0]} but its ground truth {dirs['gts']/n} is "
-                                                    f"{g.shape[1]}x{g.shape[0]}: label maps must have the size of their ground truth.")
-            bad = ((a < 0) | (a >= n_classes)) & (True if void is None else g != void)
-            if bad.any(): raise ValueError(f"{dirs[k]/n} holds label {int(a[bad][0])}, outside 0..{n_classes - 1} for --n_classes "
-                                           f"{n_classes}" + ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
-
 # %% ../nbs/08_cli.ipynb #9797addb
 def _save_figures(figs: dict, folder: Path):
     "Write each matplotlib figure of `figs` to `folder/<name>.png`, and close it."
@@ -565,27 +365,6 @@ def evaluate(preds: str,              # folder of predicted label PNGs
     print(res.table)
     if plots: _save_figures(res.figures, Path(plots))
     return res
-
-# %% ../nbs/08_cli.ipynb #e51e36d8
-def _ground_truth(gts: Path, files: list) -> list:
-    "The ground-truth label PNG in the folder `gts` of each image of `files` (named like it); an error names the first missing one."
-    if not gts.is_dir(): raise FileNotFoundError(f"Ground-truth folder not found: {gts}")
-    found = [gts/(f.stem + '.png') for f in files]
-    miss = [g for g in found if not g.exists()]
-    if miss: raise FileNotFoundError(f"No ground truth for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
-                                     f"label PNGs named like the images in {gts}.")
-    return found
-
-# %% ../nbs/08_cli.ipynb #5387493f
-def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np.ndarray:
-    "The label map in the PNG `g`, refused when its size is not its `image`'s or a label is outside 0..n_classes-1 (but `void`)."
-    a = _read_labels(g)
-    if a.shape != image.shape[:2]: raise ValueError(f"{g} is {a.shape[1]}x{a.shape[0]} but its image is {image.shape[1]}x{image.shape[0]}: "
-                                                    "a ground truth must have the size of its image.")
-    bad = ((a < 0) | (a >= n_classes)) & (True if void is None else a != void)
-    if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' classes 0..{n_classes - 1}" +
-                                   ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
-    return a
 
 # %% ../nbs/08_cli.ipynb #cea74dde
 def calibrate(images: str,               # folder of validation images (or one image file)

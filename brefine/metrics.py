@@ -5,7 +5,6 @@
 # %% ../nbs/06_metrics.ipynb #6fbef392
 from __future__ import annotations
 import math
-from collections import namedtuple
 import numpy as np
 import cv2
 from fastcore.basics import patch
@@ -13,8 +12,7 @@ from .core import to_numpy, as_int, as_float
 from .band import _edges_t, _dilate_t, _band_t, _disk_of, _reach
 
 # %% auto #0
-__all__ = ['Evaluation', 'confusion_matrix', 'mean_iou', 'mask_boundary', 'boundary_iou', 'boundary_f1', 'trimap_mask',
-           'trimap_iou', 'evaluate']
+__all__ = ['confusion_matrix', 'mean_iou', 'mask_boundary', 'boundary_iou', 'boundary_f1', 'trimap_mask', 'trimap_iou']
 
 # %% ../nbs/06_metrics.ipynb #7b6f4807
 def _as_maps(x, name: str) -> list:
@@ -384,121 +382,3 @@ def trimap_iou(preds, gts, n_classes: int, width, ignore_index: int | None = Non
     keep = _scored(n_classes, ignore_index)
     res = [(lambda iou: (_mean(iou), iou) if per_class else _mean(iou))(_iou(cm, keep)) for cm in tm]
     return dict(zip(widths, res)) if many else res[0]
-
-# %% ../nbs/06_metrics.ipynb #b73ae3d2
-Evaluation = namedtuple('Evaluation', 'table per_class figures')
-Evaluation.__doc__ = "What `evaluate` returns: `table` (metric x base/refined/delta), `per_class` (IoU and boundary F1 per class), `figures` (dict of matplotlib figures)."
-
-def _frame(d: dict):
-    "`d` ({column: {row: value}}) as a pandas DataFrame when pandas is installed."
-    try: import pandas as pd
-    except ImportError: return d
-    return pd.DataFrame(d)
-
-# %% ../nbs/06_metrics.ipynb #ad1da6e1
-def _summary(s, n, keep) -> dict:
-    "Scores from summed statistics."
-    miou = _iou(s['cm'], keep)
-    inter, union = s['biou']
-    biou = np.full(n, np.nan); ok = (union > 0) & keep; biou[ok] = inter[ok] / union[ok]
-    fsum, cnt = s['bf']
-    bf = np.full(n, np.nan); ok = (cnt > 0) & keep; bf[ok] = fsum[ok] / cnt[ok]
-    bf_mean = float(fsum[keep].sum() / cnt[keep].sum()) if cnt[keep].sum() else float('nan')
-    return dict(iou=miou, miou=_mean(miou), biou=_mean(biou), bf=bf, bf_mean=bf_mean,
-                trimap=[_mean(_iou(cm, keep)) for cm in s['trimap']])
-
-# %% ../nbs/06_metrics.ipynb #9e528870
-def _plot_bf(names, res):
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(max(6, 0.55*len(names) + 2), 3.2))
-    x, wd = np.arange(len(names)), 0.8 / len(res)
-    for i, (k, r) in enumerate(res.items()): ax.bar(x + (i - (len(res)-1)/2)*wd, np.nan_to_num(r['bf']), wd, label=k)
-    ax.set_xticks(x); ax.set_xticklabels(names, rotation=45, ha='right'); ax.set_ylim(0, 1)
-    ax.set_ylabel('boundary F1'); ax.set_title('Boundary F1 per class'); ax.legend(); fig.tight_layout()
-    return fig
-
-# %% ../nbs/06_metrics.ipynb #f8f83d9a
-def _plot_trimap(widths, res):
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    for k, r in res.items():
-        l, = ax.plot(widths, r['trimap'], 'o-', label=f'{k} trimap IoU')
-        ax.axhline(r['miou'], color=l.get_color(), ls=':', label=f'{k} mIoU')
-    ax.set_xlabel('trimap width (px)'); ax.set_ylabel('mIoU in band'); ax.set_title('Trimap IoU')
-    ax.legend(fontsize=8); fig.tight_layout()
-    return fig
-
-# %% ../nbs/06_metrics.ipynb #68c0e936
-def _plot_errors(gt, base, refined, n, ignore_index, idx):
-    import matplotlib.pyplot as plt
-    g = gt.astype(np.int64); v = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
-    wb = (base != gt) & v
-    panels = [('ground truth', None), (f'base errors ({wb.sum()} px)', wb)]
-    if refined is not None:
-        wr = (refined != gt) & v
-        panels.append((f'refined errors ({wr.sum()} px)', wr))
-    fig, axs = plt.subplots(1, len(panels) + (refined is not None), figsize=(3.3*(len(panels) + (refined is not None)), 3))
-    cmap = plt.get_cmap('tab20', max(n, 2)).with_extremes(bad='black')
-    axs[0].imshow(np.ma.masked_array(g, ~v), cmap=cmap, vmin=-0.5, vmax=max(n, 2) - 0.5, interpolation='nearest')
-    for ax, (t, wrong) in zip(axs, panels):
-        if wrong is not None:
-            im = np.ones(g.shape + (3,)); im[~v] = 0.6; im[wrong] = (0.85, 0.1, 0.1)
-            ax.imshow(im, interpolation='nearest')
-        ax.set_title(t, fontsize=9)
-    if refined is not None:
-        im = np.ones(g.shape + (3,)); im[~v] = 0.6
-        im[wb & ~wr] = (0.1, 0.7, 0.1); im[~wb & wr] = (0.85, 0.1, 0.1); im[wb & wr] = (1.0, 0.7, 0.2)
-        axs[-1].imshow(im, interpolation='nearest')
-        axs[-1].set_title(f'fixed {(wb & ~wr).sum()} / broken {(~wb & wr).sum()} px', fontsize=9)
-    for ax in axs: ax.set_xticks([]); ax.set_yticks([])
-    key = '   green: fixed, red: newly wrong, orange: wrong in both,' if refined is not None else ''
-    fig.suptitle(f'image {idx}{key} grey: void', fontsize=9); fig.tight_layout()
-    return fig
-
-# %% ../nbs/06_metrics.ipynb #06e72707
-def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index: int | None = None, class_names=None,
-             tolerance: float = 3, trimap_widths=(1, 2, 3, 5, 8, 12), plot: bool = True, dilation_ratio: float = 0.02,
-             show_index: int | None = None) -> Evaluation:
-    "All metrics for `base` (and `refined`) predictions against `gts`, side by side, with figures when `plot`."
-    if n_classes is None:
-        if class_names is None: raise ValueError("Pass n_classes (or class_names, whose length is then the number of classes).")
-        n_classes = len(class_names)
-    n_classes, ignore_index = _classes(n_classes, ignore_index)
-    names = [str(c) for c in (class_names if class_names is not None else range(n_classes))]
-    if len(names) != n_classes: raise ValueError(f"class_names has {len(names)} names but n_classes={n_classes}: give one name per class.")
-    widths = (trimap_widths,) if np.ndim(trimap_widths) == 0 else tuple(trimap_widths)
-    widths = tuple(as_float(w, 'trimap_widths', lo=0, hint=' They are distances in pixels from a ground-truth boundary.') for w in widths)
-    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
-    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of the image diagonal (0.02 in the paper).')
-    G = _as_maps(gts, 'gts')
-    sets = {'base': _as_maps(base, 'base')}
-    if refined is not None: sets['refined'] = _as_maps(refined, 'refined')
-    for k, P in sets.items():                                 # one prediction per ground truth, before any work
-        if len(P) != len(G): raise ValueError(f"{k} holds {len(P)} label maps but gts holds {len(G)}: pass one prediction per ground truth, in the same order.")
-    if show_index is not None: show_index = as_int(show_index, 'show_index', lo=0, hi=len(G) - 1, hint=' It is the index of the image whose errors are drawn.')
-    keep = _scored(n_classes, ignore_index)
-    res = {k: _summary(_stats(P, G, n_classes, ignore_index, (k, 'gts'), d_ratio=dilation_ratio, tol=tolerance, widths=widths), n_classes, keep)
-           for k, P in sets.items()}
-    tol = f'{tolerance:g} px' if tolerance >= 1 else f'{tolerance:g} diag'
-    rows = ['mIoU', 'boundary IoU', f'boundary F1 ({tol})'] + [f'trimap IoU ({w:g} px)' for w in widths]
-    col = lambda r: dict(zip(rows, [r['miou'], r['biou'], r['bf_mean']] + r['trimap']))
-    table = {k: col(r) for k, r in res.items()}
-    pc = {}
-    for k, r in res.items(): pc[f'IoU {k}'] = dict(zip(names, r['iou'])); pc[f'boundary F1 {k}'] = dict(zip(names, r['bf']))
-    if refined is not None:
-        table['delta'] = {m: table['refined'][m] - table['base'][m] for m in rows}
-        for m in ('IoU', 'boundary F1'): pc[f'{m} delta'] = {c: pc[f'{m} refined'][c] - pc[f'{m} base'][c] for c in names}
-        pc = {k: pc[k] for k in ('IoU base', 'IoU refined', 'IoU delta', 'boundary F1 base', 'boundary F1 refined', 'boundary F1 delta')}
-    figs = {}
-    if plot:
-        B, R = sets['base'], sets.get('refined')
-        if show_index is None:
-            v = lambda g: True if ignore_index is None else g != ignore_index
-            score = [np.count_nonzero((B[i] != R[i]) & v(G[i])) if R is not None else np.count_nonzero((B[i] != G[i]) & v(G[i]))
-                     for i in range(len(G))]
-            show_index = int(np.argmax(score))
-        figs['boundary_f1'] = _plot_bf(names, res)
-        figs['trimap'] = _plot_trimap(widths, res)
-        figs['errors'] = _plot_errors(G[show_index], B[show_index], None if R is None else R[show_index],
-                                      n_classes, ignore_index, show_index)
-    return Evaluation(_frame(table), _frame(pc), figs)

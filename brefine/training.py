@@ -180,6 +180,50 @@ def _gloo_safe_broadcast():
         return t.tolist()
     DistributedDL._broadcast, DistributedDL._brefine_gloo = _broadcast, True
 
+# %% ../nbs/04a_training.ipynb #843dad98
+@contextlib.contextmanager
+def _processes():
+    "The block as one process of a torchrun launch (on its LOCAL_RANK GPU, in the process group) or alone: (rank, processes)."
+    _set_local_device(); own = _init_process_group()
+    try: yield (rank_distrib(), num_distrib()) if _distributed() else (0, 1)
+    finally:
+        if own: torch.distributed.destroy_process_group()
+
+# %% ../nbs/04a_training.ipynb #1c17b4dc
+class _CheckedByAll:
+    "Checks every process runs before any writes: if one refuses, all raise its error; else all get rank 0's `.value`."
+    value = None
+    def __enter__(self): return self
+    def __exit__(self, typ, err, tb):
+        import pickle, torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()): return False          # alone: a plain block
+        if err is not None and not isinstance(err, Exception): return False            # Ctrl-C and the like go through
+        rank, world = dist.get_rank(), dist.get_world_size()
+        try: sent = pickle.loads(pickle.dumps(err))
+        except Exception: sent = RuntimeError(f"{type(err).__name__}: {err}")       # an error that does not pickle, as text
+        got = [None] * world
+        dist.all_gather_object(got, (sent, self.value if rank == 0 else None))
+        r = next((r for r, (e, _) in enumerate(got) if e is not None), None)
+        if r is None: self.value = got[0][1]; return False
+        first = err if r == rank else got[r][0]
+        first._brefine_refused_by = (r, world)                                          # `main` prints it once, in process 0
+        if first is err: return False
+        raise first from None
+
+# %% ../nbs/04a_training.ipynb #47cb8024
+def _share(todo: list, bs: int, rank: int = 0, world: int = 1) -> list:
+    "Process `rank`'s share of the indices `todo` among `world` processes: one process's batches of `bs`, dealt in turn."
+    batches = [todo[i:i + bs] for i in range(0, len(todo), bs)]
+    return [i for b in batches[rank::world] for i in b]
+
+# %% ../nbs/04a_training.ipynb #896da8c1
+def _total(n: int) -> int:
+    "The sum of `n` over the processes of a launch (`n` alone); every process waits here for the others."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()): return n
+    got = [None] * dist.get_world_size(); dist.all_gather_object(got, n)
+    return sum(got)
+
 # %% ../nbs/04a_training.ipynb #0d36672a
 def _state_dict(fname) -> dict:
     "The state dict in a weights file: a plain state dict, or one under 'model' / 'state_dict' (fastai's learn.save, checkpoints)."

@@ -276,7 +276,7 @@ def test_16bit_images(small, tmp_path):
     for k in ('img', 'img16'): assert cli('refine', tmp_path/k, small/'sc', tmp_path/f'out_{k}', '--bundle', small/'bundle')[0] == 0
     for n in ('a.png', 'b.png'): assert (read(tmp_path/'out_img'/n) == read(tmp_path/'out_img16'/n)).all(), n
     import torch
-    from brefine.cli import RefineItems
+    from brefine.files import RefineItems
     from brefine.inputs import prepare_image
     for n in ('a.png', 'b.png'):                  # what the refiner receives: the full 16-bit range, scaled like 8 bits
         (_, i8, _), (_, i16, _) = RefineItems([tmp_path/'img'/n])[0], RefineItems([tmp_path/'img16'/n])[0]
@@ -297,7 +297,7 @@ def test_corrupt_images_and_scores(small, tmp_path):
     np.save(sc/'b.npy', np.zeros((4, 31, 40), np.float32)); failed(*run, expect=('b.npy holds scores of shape (4, 31, 40)', "image's size"))
     np.save(sc/'b.npy', np.zeros((5, 32, 40), np.float32)); failed(*run, expect='b.npy holds scores for 5 classes but the prototypes have 4')
     np.save(sc/'b.npy', np.full((4, 32, 40), np.nan, np.float32)); failed(*run, expect='b.npy holds NaN or inf')
-    from brefine.cli import RefineItems
+    from brefine.files import RefineItems
     np.save(sc/'b.npy', np.zeros((5, 32, 40), np.float32))
     items = RefineItems([img/'a.png', img/'b.png'], sc)
     with pytest.raises(ValueError, match='b.npy for 5'): items.collate([items[0], items[1]])

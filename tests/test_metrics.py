@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hypothesis.extra.numpy import arrays
 
-from brefine.metrics import (confusion_matrix, mean_iou, boundary_iou, boundary_f1, trimap_iou, trimap_mask,
-                             mask_boundary, evaluate, Evaluation)
+from brefine.metrics import confusion_matrix, mean_iou, boundary_iou, boundary_f1, trimap_iou, trimap_mask, mask_boundary
+from brefine.evaluation import evaluate, Evaluation
 
 torch.set_num_threads(1)
 VOID = 255
