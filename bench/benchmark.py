@@ -206,7 +206,7 @@ def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_bu
 
 # ----------------------------------------------------------------------------------------------------------- base model
 def base_model(n_classes: int, pretrained: bool = True):
-    "DeepLabV3 with a MobileNetV2 backbone at output stride 16 (`brefine.learner.DeepLabV3MobileNetV2`); logits at the input size."
+    "DeepLabV3 with a MobileNetV2 backbone at output stride 16 (`brefine.backbones.DeepLabV3MobileNetV2`); logits at the input size."
     from brefine.backbones import DeepLabV3MobileNetV2
     return DeepLabV3MobileNetV2(n_classes, pretrained)
 
@@ -371,13 +371,13 @@ def metrics_row(ds, preds, gts, seconds):
 BUDGETS = (0.05, 0.12, 0.2, 0.35, 0.5, None)   # post-processing budgets, as fractions of the base forward, of the table in the results
 
 def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
-    "Markdown rows: for each budget (a fraction of the base forward `base_s`; None: none), the setting `calibrate` chooses from `table` within it, its val scores and post-processing time."
+    "Markdown rows: for each budget (a fraction of the base forward `base_s`; None: none), the setting `calibrate` chooses from `table` within it (`best_setting`), its val scores and post-processing time."
     from dataclasses import asdict
-    from brefine.calibration import _best, _settings_of, OBJECTIVES
+    from brefine.calibration import best_setting
     rows = ['| post-processing budget (x base) | chosen on val | val mIoU | val boundary F | ms / image | x base |', '|---|---|---:|---:|---:|---:|']
     for b in budgets:
-        r = _best(table, OBJECTIVES['mean'], None if b is None else b * base_s)
-        st = 'the base answer' if r['top_n'] == 1 else ', '.join(f"{k} {v}" for k, v in asdict(_settings_of(r)).items())
+        r = best_setting(table, 'mean', None if b is None else b * base_s)
+        st = 'the base answer' if r['settings'].top_n == 1 else ', '.join(f"{k} {v}" for k, v in asdict(r['settings']).items())
         rows.append(f"| {'none' if b is None else f'{b:g}'} | {st} | {100 * r['miou']:.2f} | {100 * r['boundary_f1']:.2f} | "
                     f"{1000 * r['seconds']:.1f} | {r['seconds'] / base_s:.3f} |")
     return rows
@@ -404,9 +404,9 @@ def oracle_labels(probs, gt, void, settings):
     return relabel(emb[None], probs[None], eye, settings)[0].numpy().astype(np.uint8)
 
 def best_row(table, keep):
-    "The `RefineSettings` that calibration's own rule (`_best`) chooses from `table` among the base answer (the first row) and the rows `keep` accepts."
-    from brefine.calibration import _best, _settings_of, OBJECTIVES
-    return _settings_of(_best(table[:1] + [r for r in table[1:] if keep(r)], OBJECTIVES['mean']))
+    "The `RefineSettings` that calibration's own rule (`best_setting`) chooses from `table` among the base answer (the first row) and the rows `keep` accepts."
+    from brefine.calibration import best_setting
+    return best_setting(table[:1] + [r for r in table[1:] if keep(r)], 'mean')['settings']
 
 def save_figure(path, ds, fs, preds, gts, n=3):
     "Image, base, DenseCRF, brefine, ground truth for the `n` test images where brefine removes most wrong pixels."
@@ -479,8 +479,8 @@ def run(args, argv, dest):
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
         with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
         ref.save(args.cache/f'refiner_{emb_file.stem}')
-    from brefine.calibration import _best, _settings_of, OBJECTIVES
-    unlimited = None if budget is None else _settings_of(_best(cal['table'], OBJECTIVES['mean']))   # what val chose without the budget
+    from brefine.calibration import best_setting
+    unlimited = None if budget is None else best_setting(cal['table'], 'mean')['settings']   # what val chose without the budget
     ablation = {}
     if args.ablation:
         with stage('val: the vote alone (calibrate)'):

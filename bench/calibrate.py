@@ -21,7 +21,7 @@ import argparse, json, sys, time
 from pathlib import Path
 import benchmark as B
 from record import RESULTS, provenance, record
-from speed import _package_at
+from speed import package_at
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -74,31 +74,29 @@ def real(ds, files, models):
             imgs.append(img); gts.append(gt); probs.append(B.base_probs_of(base, img)); embs.append(ref.embedder(x))
     return imgs, probs, gts, embs, ref.prototypes.vectors
 
-def run_version(inf, protos_mod, inputs, ds, vectors):
-    "`calibrate` of the inference module `inf` on `inputs`: (seconds, result)."
+def run_version(v, inputs, ds, vectors):
+    "`calibrate` of the version `v` of brefine (its package, whose top level every version exports the names from) on `inputs`: (seconds, result)."
     import torch
     imgs, probs, gts, embs = inputs
-    protos = protos_mod.Prototypes(vectors, torch.full((len(vectors),), 100), train_radius=3, mean=B.IMAGENET_MEAN, std=B.IMAGENET_STD)
+    protos = v.Prototypes(vectors, torch.full((len(vectors),), 100), train_radius=3, mean=B.IMAGENET_MEAN, std=B.IMAGENET_STD)
     t = time.perf_counter()
-    cal = inf.calibrate(Stored(embs), protos, imgs, probs, gts, ignore_index=ds.void, progress=False)
+    cal = v.calibrate(Stored(embs), protos, imgs, probs, gts, ignore_index=ds.void, progress=False)
     return time.perf_counter() - t, cal
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
-    import torch, cv2, importlib
+    import torch, cv2, brefine
     torch.set_num_threads(a.threads); cv2.setNumThreads(a.threads)
     started = provenance('bench/calibrate.py', argv)
     ds = B.load_dataset(a.dataset, a.data)
     files = ds.files('val')[:a.images]
     *inputs, vectors = (real(ds, files, a.models) if a.models else synthetic(ds, files))
-    import brefine.inference as now, brefine.prototypes as now_p
-    before = _package_at(a.before)
-    before_p = importlib.import_module('brefine_before.prototypes')
+    before = package_at(a.before)
     B.log(f'{len(files)} {ds.name} val images; calibrating with {a.before} ...')
-    t_before, cal_before = run_version(before, before_p, inputs, ds, vectors)
+    t_before, cal_before = run_version(before, inputs, ds, vectors)
     B.log(f'{a.before}: {t_before:.1f} s; now ...')
-    t_now, cal_now = run_version(now, now_p, inputs, ds, vectors)
+    t_now, cal_now = run_version(brefine, inputs, ds, vectors)
     B.log(f'now: {t_now:.1f} s')
     strip = lambda t: [{k: v for k, v in r.items() if k != 'seconds'} for r in t]
     same_choice = (cal_now['settings'].__dict__ == cal_before['settings'].__dict__

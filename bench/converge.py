@@ -108,7 +108,7 @@ def main(argv=None):
     from fastai.callback.schedule import ParamScheduler, SchedCos
     from fastai.torch_core import set_seed
     from brefine.core import atomic_save, atomic_write, safe_load
-    from brefine.training import rng_states, set_rng_states, _plain_tree
+    from brefine.training import rng_states, set_rng_states, plain_tree
     importlib.import_module('fastai.callback.schedule')
     if a.export: return export(a)
     stored = restore(a)
@@ -150,7 +150,7 @@ def main(argv=None):
             elif conv and st['since'] and st['since'] % PLATEAU == 0 and st['cuts'] < MAX_CUTS: st['lr'] /= 5; st['cuts'] += 1
             B.log(f"epoch {ep + 1}: val mIoU {miou:.4f} (best {st['best']:.4f} at {st['best_epoch']}), val loss {vl:.4f}, "
                   f"train loss {tl:.4f}, lr {st['curve'][-1]['lr']:g}, {st['curve'][-1]['seconds']:.0f} s")
-            atomic_save(dict(model=weights(learn), opt=_plain_tree(learn.opt.state_dict()), rng=rng_states(dls), state=st), f)
+            atomic_save(dict(model=weights(learn), opt=plain_tree(learn.opt.state_dict()), rng=rng_states(dls), state=st), f)
             with atomic_write(out, 'w') as fh:
                 json.dump(dict(dataset=ds.name, model='DeepLabV3 MobileNetV2 OS16, ImageNet init (bench/benchmark.py base_model)',
                                stop_rule=RULE, extra_epochs=a.extra, **{k: v for k, v in st.items() if k != 'curve'},

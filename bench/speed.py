@@ -9,8 +9,9 @@ For each size (360x480 and 1024x2048), batch 1, CPU threads as given, and each w
   probabilities (M,H,W) at image size -- here scene-like 11-class probabilities (random classes on a 48-pixel grid,
   smoothed), so the band has a realistic size; their top-1 stays below 0.9, so with a gate as without one every band
   pixel is re-decided, the slowest case;
-- of which the floor: the steps of the post-processing that touch every pixel whatever the settings, the arg-max and the
-  band of the arg-max map (`batch_band`), from the same probabilities;
+- of which the floor: the steps of the post-processing that touch every pixel whatever the settings, the arg-max (with the
+  check that the scores are probabilities) and the band of the arg-max map, from the same probabilities, as
+  `relabel(..., top_n=1, stages=True)` runs them (its int64 copies of the labels included);
 - peak memory: each stage runs once more under torch.profiler(profile_memory=True); its allocation and free events,
   in time order, give the peak of what torch allocated during that stage (model weights and inputs excluded); on a GPU
   (`--device cuda`), the peak of `torch.cuda.max_memory_allocated` above what was allocated before the stage.
@@ -36,13 +37,15 @@ bench/results/speed.txt and the rows to bench/results/speed.json (with `--device
 refine_over_base, post_over_base, post_ms_per_mp, peak_mem_over_base} -- and records both in bench/results/manifest.json.
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
 `brefine_before` from a temporary copy), and its whole refinement (that version's embedder, built with the same seed, and
-its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of
-brefine/inference.py alone, in the same process, interleaved with the current one; `--profile` prints where the post-processing's time goes, function by
+its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of the module
+that holds `relabel` (brefine/refine.py; brefine/inference.py in versions before the modules were re-cut) alone, in the
+same process, interleaved with the current one. Every version's names are taken from its package's top level
+(`brefine.relabel`, `brefine.prepare_image`, ...), which every version exports, whatever module defines them; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of
 the embedder (forward hooks). Usage:
     .venv/bin/python bench/speed.py [--threads 2] [--repeats 5] [--device cuda] [--emb-dim 32 --aspp-dim 64 --decoder-dim 48 --fusion concat]
         [--top-n 3 --radius 18 --tau none --alpha 0.1 --vote 11 --grey 10]   (defaults: the settings the CamVid benchmark calibrated on val)
-        [--paths separate shared] [--before 0c01abd | --before /tmp/orig_inference.py] [--profile] [--record]
+        [--paths separate shared] [--before 0c01abd | --before /tmp/orig_refine.py] [--profile] [--record]
 """
 import argparse, functools, importlib, importlib.util, itertools, json, os, sys, time
 from pathlib import Path
@@ -67,45 +70,46 @@ def _scene_probs(H, W, M=11):
     lab = F.interpolate(torch.randint(0, M, (1, 1, H // 48 + 1, W // 48 + 1), generator=g).float(), size=(H, W), mode='nearest')[0, 0].long()
     return F.avg_pool2d(F.one_hot(lab, M).permute(2, 0, 1).float()[None] * 4, 9, 1, 4).softmax(1)[0].contiguous()
 
-def _inference_copy(path):
-    "Another copy of brefine/inference.py (e.g. the previous version) loaded as a module of the brefine package."
-    spec = importlib.util.spec_from_file_location('brefine._inference_before', path)
+def _module_copy(path):
+    "Another copy of the module that holds `relabel` (e.g. the previous version of brefine/refine.py) loaded as a module of the brefine package: its names, then brefine's for those it does not define."
+    import types, brefine
+    spec = importlib.util.spec_from_file_location('brefine._relabel_before', path)
     m = importlib.util.module_from_spec(spec); m.__package__ = 'brefine'
     sys.modules[spec.name] = m; spec.loader.exec_module(m)
-    return m
+    return types.SimpleNamespace(**{**{k: getattr(brefine, k) for k in brefine.__all__}, **{k: v for k, v in vars(m).items() if not k.startswith('_')}})
 
 @functools.cache
-def _package_at(rev: str):
-    "brefine.inference as of git revision `rev`: its whole package, extracted to a temporary folder (removed at exit) and imported as `brefine_before`."
-    import atexit, shutil, subprocess, tarfile, tempfile, io
+def package_at(rev: str):
+    "brefine as of git revision `rev`: its whole package, extracted to a temporary folder (removed at exit) and imported as `brefine_before`; its imports of itself by name point to that copy."
+    import atexit, re, shutil, subprocess, tarfile, tempfile, io
     repo, d = Path(__file__).resolve().parent.parent, Path(tempfile.mkdtemp(prefix='brefine_before_'))
     atexit.register(shutil.rmtree, d, True)
     tar = subprocess.run(['git', 'archive', rev, 'brefine'], cwd=repo, check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t: t.extractall(d, filter='data')
     (d/'brefine').rename(d/'brefine_before'); sys.path.insert(0, str(d))
-    return importlib.import_module('brefine_before.inference')
+    for f in (d/'brefine_before').glob('*.py'):          # `from brefine import core, ...` in __init__: the copy's modules, not this version's
+        f.write_text(re.sub(r'^(\s*(?:from|import)\s+)brefine\b', r'\1brefine_before', f.read_text(), flags=re.M))
+    return importlib.import_module('brefine_before')
 
 def _before(spec: str):
-    "The other version's inference module: a copy of inference.py when `spec` is a file, else brefine at git revision `spec`."
-    return _inference_copy(spec) if Path(spec).is_file() else _package_at(spec)
+    "The other version's names: a copy of the module that holds `relabel` when `spec` is a file, else brefine at git revision `spec`."
+    return _module_copy(spec) if Path(spec).is_file() else package_at(spec)
 
-def prototypes_for(inf, protos):
-    "`protos` as the inference module `inf` (brefine's, or another version's) takes them: that package's own `Prototypes`, which its checks ask for."
-    if inf.__package__ == 'brefine': return protos
-    return importlib.import_module(f'{inf.__package__}.prototypes').Prototypes(protos.vectors, protos.counts, train_radius=protos.train_radius,
-                                                                             mean=protos.mean, std=protos.std)
+def prototypes_for(v, protos):
+    "`protos` as the version `v` of brefine (this one, or another) takes them: that version's own `Prototypes`, which its checks ask for."
+    if v.Prototypes is type(protos): return protos
+    return v.Prototypes(protos.vectors, protos.counts, train_radius=protos.train_radius, mean=protos.mean, std=protos.std)
 
-def post_processing(inf, probs, x, protos, a):
-    "`post(emb)`: the post-processing of module `inf` (brefine.inference or a copy) of the embedding `emb`, as bench/benchmark.py runs it."
-    s = inf.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote, **(dict(grey=a.grey) if a.grey else {}))
-    if not a.grey: return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s)
-    return lambda emb: inf.relabel(emb, inf.base_probs(probs, x, False, softmax=False), protos, s, levels=inf.grey_levels(x, protos.mean, protos.std))
+def post_processing(v, probs, x, protos, a):
+    "`post(emb)`: the post-processing of the version `v` of brefine (this one, or another) of the embedding `emb`, as bench/benchmark.py runs it."
+    s = v.RefineSettings(top_n=a.top_n, radius=a.radius, tau=a.tau, alpha=a.alpha, vote=a.vote, **(dict(grey=a.grey) if a.grey else {}))
+    if not a.grey: return lambda emb: v.relabel(emb, v.base_probs(probs, x, False, softmax=False), protos, s)
+    return lambda emb: v.relabel(emb, v.base_probs(probs, x, False, softmax=False), protos, s, levels=v.grey_levels(x, protos.mean, protos.std))
 
-def separate(H, W, a, post, pkg: str = 'brefine') -> dict:
-    "The `separate` path: the embedder computes its own backbone from the raw image (brefine's, or that of the package `pkg`)."
-    import torch, numpy as np
-    EmbeddingNet = importlib.import_module(f'{pkg}.learner').EmbeddingNet
-    prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
+def separate(H, W, a, post, v=None) -> dict:
+    "The `separate` path: the embedder computes its own backbone from the raw image (brefine's, or that of the version `v` of it)."
+    import torch, numpy as np, brefine
+    EmbeddingNet, prepare_image = (v or brefine).EmbeddingNet, (v or brefine).prepare_image
     base = make_base(a)
     torch.manual_seed(0)
     emb_net = EmbeddingNet('mobilenet_v2', emb_dim=a.emb_dim, pretrained=False, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, fusion=a.fusion).eval().to(a.device)
@@ -115,12 +119,11 @@ def separate(H, W, a, post, pkg: str = 'brefine') -> dict:
     return dict(base=lambda: base(prep()), refine=lambda: post(emb_net(prep())), post=lambda: post(emb), emb=emb,
                 embedding=(emb_net, lambda: emb_net(prep())))
 
-def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None, pkg: str = 'brefine') -> dict:
-    "The `recipe` path (and, with other arguments, `head` and `light`): the embedder is a head on the base model's own features (`SharedEmbeddingNet` of brefine or of the package `pkg`, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
-    import torch, numpy as np
-    SharedEmbeddingNet = importlib.import_module(f'{pkg}.shared_backbone').SharedEmbeddingNet
-    prepare_image = importlib.import_module(f'{pkg}.inference').prepare_image
-    embedding_size = importlib.import_module(f'{pkg}.learner').embedding_size
+def shared(H, W, a, post, fusion: str|None = None, train_blocks: int|None = None, v=None) -> dict:
+    "The `recipe` path (and, with other arguments, `head` and `light`): the embedder is a head on the base model's own features (`SharedEmbeddingNet` of brefine or of the version `v` of it, with `fusion` and `train_blocks` or else --fusion and --train-blocks); the base forward that gives the scores also gives the head's input, so brefine adds the copied blocks, the head and the post-processing."
+    import torch, numpy as np, brefine
+    SharedEmbeddingNet, prepare_image, embedding_size = ((v or brefine).SharedEmbeddingNet, (v or brefine).prepare_image,
+                                                         (v or brefine).embedding_size)
     base = make_base(a)
     torch.manual_seed(0)
     net = SharedEmbeddingNet(base, emb_dim=a.emb_dim, aspp_dim=a.aspp_dim, decoder_dim=a.decoder_dim, train_blocks=a.train_blocks if train_blocks is None else train_blocks, fusion=fusion or a.fusion).eval()
@@ -139,29 +142,28 @@ PATHS = {'separate': separate, 'recipe': shared, 'head': functools.partial(share
 
 def stages(path: str, H, W, a) -> tuple:
     "(the closures timed for `path` at HxW: the path's base, refine and post, the floor, and with --before the other version's post-processing (and with a revision its refinement); the path's (embedder, embedding closure))."
-    import torch
-    from brefine import Prototypes, batch_band
-    import brefine.inference as inf
+    import torch, brefine
+    from brefine import Prototypes, base_probs, relabel
     torch.set_num_threads(a.threads)
     probs = _scene_probs(H, W).to(a.device)
     protos = Prototypes(torch.randn(11, a.emb_dim, generator=torch.Generator().manual_seed(1)), torch.ones(11, dtype=torch.long),
                         train_radius=3, mean=a.mean, std=a.std)
     x = torch.zeros(1, 3, H, W, device=a.device)                 # the prepared image: base_probs reads its size
-    st = PATHS[path](H, W, a, post_processing(inf, probs, x, protos, a))
+    st = PATHS[path](H, W, a, post_processing(brefine, probs, x, protos, a))
     emb, embedding = st.pop('emb'), st.pop('embedding')
-    st['floor'] = lambda: batch_band(inf._arg_max(inf.base_probs(probs, x, False, softmax=False))[0], a.radius)
+    st['floor'] = lambda: relabel(emb, base_probs(probs, x, False, softmax=False), protos, top_n=1, radius=a.radius, stages=True).band
     if a.before:
-        inf_b = _before(a.before)
-        before = post_processing(inf_b, probs, x, prototypes_for(inf_b, protos), a)
+        v = _before(a.before)
+        before = post_processing(v, probs, x, prototypes_for(v, protos), a)
         st['before'] = lambda: before(emb)
-        if inf_b.__package__ != 'brefine':                           # a revision: its own embedder too, built as this path builds one
-            st['before_refine'] = PATHS[path](H, W, a, before, pkg='brefine_before')['refine']
+        if not Path(a.before).is_file():                             # a revision: its own embedder too, built as this path builds one
+            st['before_refine'] = PATHS[path](H, W, a, before, v=v)['refine']
     return st, embedding
 
 def timings(st: dict, repeats: int) -> dict:
     "Median seconds of each closure, the closures taking turns (so that a change of machine load hits them alike); on a GPU each time ends when the GPU has finished."
     import torch
-    from brefine.calibration import _wait_for_gpu as _wait
+    _wait = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else (lambda: None)   # a GPU's work is done
     with torch.inference_mode():
         for f in st.values(): f()                                 # warm-up
         ts = {k: [] for k in st}
@@ -226,7 +228,7 @@ def main():
     ap.add_argument('--device', default='cpu', help="where the models and the post-processing run: 'cpu' or 'cuda'")
     ap.add_argument('--emb-dim', type=int, default=32); ap.add_argument('--aspp-dim', type=int, default=64)
     ap.add_argument('--decoder-dim', type=int, default=48)
-    ap.add_argument('--fusion', default='concat', help="the embedder head's fusion: 'concat' or 'sum' (see brefine.learner.EmbeddingHead)")
+    ap.add_argument('--fusion', default='concat', help="the embedder head's fusion: 'concat' or 'sum' (see brefine.embedder.EmbeddingHead)")
     ap.add_argument('--train-blocks', type=int, default=None, help="the recipe path's copied base blocks (default: SharedEmbeddingNet's)")
     ap.add_argument('--top-n', type=int, default=3); ap.add_argument('--radius', type=int, default=18)   # the settings calibrated
     ap.add_argument('--tau', type=lambda v: None if v.lower() == 'none' else float(v), default=None)   # on CamVid val
@@ -235,7 +237,7 @@ def main():
     ap.add_argument('--paths', nargs='+', choices=sorted(PATHS), default=list(PATHS))
     ap.add_argument('--base-models', nargs='+', default=['mobilenet_v2'], choices=BASE_MODELS,
                     help="the base models, each in turn: bench/benchmark.py's DeepLabV3-MobileNetV2, torchvision's DeepLabV3-ResNet50 (random weights)")
-    ap.add_argument('--before', help='a git revision, or another copy of brefine/inference.py, whose post-processing to time alongside')
+    ap.add_argument('--before', help="a git revision, or another copy of the module holding relabel (brefine/refine.py), whose post-processing to time alongside")
     ap.add_argument('--profile', action='store_true', help="print where the post-processing's time goes, function by function")
     ap.set_defaults(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     main_recorded(ap, 'speed', run, results=_results_name)
@@ -270,7 +272,7 @@ def run(a):
             pkg = str(Path(__file__).resolve().parent.parent/'brefine') + os.sep
             for name, f in [('post', st['post'])] + ([('before', st['before'])] if a.before else []):
                 print(f'  where the time of {name} goes at {H}x{W}, ms per call (calls): brefine by cumulative time | torch, numpy, cv2 by own time')
-                ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg) and not fl.endswith('inference.py'))
+                ours = (lambda fl: fl.startswith(pkg)) if name == 'post' else (lambda fl: fl == a.before or 'brefine_before' in fl or fl.startswith(pkg))
                 for r in profile(f, a.repeats, ours): print('    ' + ('-' * 40 if r is None else f'{r[0]:9.2f} ({r[1]:g})  {r[2]}'))
             print(f'  where the time of the embedding goes at {H}x{W}, ms per call: each part of the {type(embedding[0]).__name__}')
             for ms, n in embedding_parts(*embedding, a.repeats): print(f'    {ms:9.2f}  {n}')

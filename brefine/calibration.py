@@ -20,7 +20,7 @@ from .refine import RefineSettings, _base_answer, _candidates, _check_protos, _d
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'calibrate']
+__all__ = ['OBJECTIVES', 'best_setting', 'calibrate']
 
 # %% ../nbs/06a_calibration.ipynb #08cf10d8
 def _as_list(o, n=None):
@@ -85,15 +85,37 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
     return sums, [t / max(len(cache), 1) for t in secs]
 
 # %% ../nbs/06a_calibration.ipynb #2024e5a9
-def _best(rows: list, rank, max_seconds: float|None = None) -> dict:
-    "The row of the calibration table `rows` (the base answer first) that `rank` puts highest among the base answer and the settings that take at most `max_seconds`; the first of equals, so the base unless a setting beats it."
-    fits = [r for r in rows[1:] if max_seconds is None or r['seconds'] <= max_seconds]
-    return max(rows[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
+def _choice_rule(objective: str, max_seconds) -> tuple:
+    "(the sort key of `objective`, `max_seconds` checked): how `best_setting` ranks the rows of a calibration table and which it may choose."
+    rank = OBJECTIVES.get(objective)
+    if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
+    if max_seconds is not None: max_seconds = as_float(max_seconds, 'max_seconds', 0, hint=" It is seconds of post-processing per image; None: no limit.")
+    return rank, max_seconds
 
 # %% ../nbs/06a_calibration.ipynb #cab1b04f
 def _settings_of(row: dict) -> RefineSettings:
     "The `RefineSettings` of a row of the calibration table."
     return RefineSettings(**{f.name: row[f.name] for f in fields(RefineSettings)})
+
+# %% ../nbs/06a_calibration.ipynb #3cec1bef
+def best_setting(table: list,                   # calibrate's table: one row per setting (its fields, boundary_f1, miou, seconds), the base answer first
+                 objective: str = 'mean',       # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
+                 max_seconds: float|None = None # the most post-processing time per image a chosen setting may take (None: any)
+                ) -> dict:
+    "The choice `calibrate` makes from its `table`: the row `objective` ranks highest among the base answer and the settings that took at most `max_seconds` (the first of equals, so the base unless a setting beats it), as `calibrate` returns it."
+    rank, max_seconds = _choice_rule(objective, max_seconds)
+    need = [f.name for f in fields(RefineSettings)] + ['boundary_f1', 'miou', 'seconds']
+    if not isinstance(table, (list, tuple)) or not table or not all(isinstance(r, dict) for r in table):
+        raise ValueError(f"table must be a calibration table, a list of rows (dicts), the base answer first, as calibrate(...)['table'] "
+                         f"gives it, got {type(table).__name__} {table!r:.80}.")
+    lacking = next((sorted(set(need) - set(r)) for r in table if set(need) - set(r)), None)
+    if lacking: raise ValueError(f"table's rows must hold {', '.join(need)}, as calibrate(...)['table'] gives them; a row lacks {', '.join(lacking)}.")
+    if table[0]['top_n'] != 1: raise ValueError(f"table's first row must be the base answer (top_n=1), which is always allowed, as in "
+                                                f"calibrate(...)['table'], got top_n={table[0]['top_n']!r}: keep the first row when choosing among some rows.")
+    fits = [r for r in table[1:] if max_seconds is None or r['seconds'] <= max_seconds]
+    best = max(table[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
+    return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'], miou=best['miou'], seconds=best['seconds'],
+                base_boundary_f1=table[0]['boundary_f1'], base_miou=table[0]['miou'], table=table)
 
 # %% ../nbs/06a_calibration.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
@@ -114,10 +136,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               max_seconds: float|None = None, # the most post-processing time per image a chosen setting may take, as timed here (None: any)
               progress: bool = True) -> dict:
-    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and the table of all."
-    rank = OBJECTIVES.get(objective)
-    if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
-    if max_seconds is not None: max_seconds = as_float(max_seconds, 'max_seconds', 0, hint=" It is seconds of post-processing per image; None: no limit.")
+    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`)."
+    _choice_rule(objective, max_seconds)                                  # checked before any work
     model = _model_of(embedder)
     if isinstance(model, nn.Module): model.eval()
     cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
@@ -129,6 +149,4 @@ def calibrate(embedder,                       # the embedder (or Learner)
     sums, secs = _score_settings(cache, gts_, tried, prototypes, tolerance, ignore_index)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t)
             for s, st, t in zip(tried, sums, secs)]
-    best = _best(rows, rank, max_seconds)
-    return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'],
-                miou=best['miou'], base_boundary_f1=rows[0]['boundary_f1'], base_miou=rows[0]['miou'], table=rows)
+    return best_setting(rows, objective, max_seconds)

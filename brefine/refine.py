@@ -21,7 +21,7 @@ from .inputs import _evaluating, _looks_like_probs, base_probs, prepare_image
 from .vote import _box_sums, _grey_plane, _grey_vote, _revote, _vote, grey_levels, _mark, _pixels
 
 # %% auto #0
-__all__ = ['SETTING_LIMITS', 'RefineSettings', 'relabel', 'refine_predict']
+__all__ = ['SETTING_LIMITS', 'RefineSettings', 'relabel', 'RefineStages', 'refine_predict']
 
 # %% ../nbs/05b_refine.ipynb #c12df624
 SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e6, passes=10)   # the largest value of each setting
@@ -136,10 +136,15 @@ def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
     allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape)
     return d.masked_fill_(~allowed, float('inf')), allowed
 
+# %% ../nbs/05b_refine.ipynb #c636c2d6
+def _costs(d, top_p, alpha: float) -> torch.Tensor:
+    "What the choice minimises for candidates at squared distances `d` with base probabilities `top_p`: `d − alpha·log top_p` (`d` itself when `alpha` is 0)."
+    return d - alpha * top_p.clamp_min(1e-12).log() if alpha else d
+
 # %% ../nbs/05b_refine.ipynb #0e8dc1e7
 def _nearest(d, top_p, alpha: float) -> torch.Tensor:
     "The row (K,) of the smallest `d − alpha·log top_p` in each column of the (N,K) distances `d` and base probabilities `top_p`: the first of equals, 0 when all are inf."
-    if alpha: d = d - alpha * top_p.clamp_min(1e-12).log()
+    d = _costs(d, top_p, alpha)
     j, best = torch.zeros(d.shape[1], dtype=_label_dtype(len(d)), device=d.device), d[0]
     for i in range(1, len(d)): torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
     return j
@@ -259,15 +264,50 @@ def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
             chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
             levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
-            **kwargs) -> torch.Tensor:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
-    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N."
+            stages: bool = False,      # True: a `RefineStages` of every step (base answer, band, candidates, distances, choice, labels)
+            **kwargs) -> torch.Tensor|RefineStages:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
+    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N; with `stages`, every step of it."
+    if not isinstance(stages, (bool, np.bool_)): raise TypeError(f"stages must be True or False, got {stages!r}.")
     _check_protos(prototypes, probs.shape[1], emb.shape[1])
     s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
     if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
         raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
                          f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
                          "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
-    return _relabel(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
+    return (_stages if stages else _relabel)(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
+
+# %% ../nbs/05b_refine.ipynb #e019a23e
+@dataclass(frozen=True, eq=False, repr=False)
+class RefineStages:
+    "Every step of `relabel` on B images of H×W pixels, K of them re-decided among N candidates each: what `relabel(..., stages=True)` returns."
+    settings: RefineSettings      # the settings applied (`top_n` set for the class count, as `for_classes` sets it)
+    base: torch.Tensor            # (B,H,W) int64: the base answer, the arg-max of the scores (the first of equal scores)
+    band: torch.Tensor            # (B,H,W) bool: the band of `base`, the pixels within `radius` of its boundaries (P4)
+    pixels: torch.Tensor          # (K,) int64: flat indices into (B,H,W) of the band pixels re-decided (with a gate `tau`, those below it), in order
+    candidates: torch.Tensor      # (K,N) int64: each re-decided pixel's top-N classes by base score, best first (P3); the first is `base`
+    candidate_probs: torch.Tensor # (K,N): their base probabilities (of the softmax, for logits)
+    distances: torch.Tensor       # (K,N): squared distances from the pixel's embedding (sampled bilinearly) to the candidates' prototypes; inf without one (P5)
+    costs: torch.Tensor           # (K,N): what the choice minimises, `distances − alpha·log candidate_probs`
+    choice: torch.Tensor          # (B,H,W) int64: `base` with each re-decided pixel set to its candidate of least cost (the first of equals), before the vote
+    labels: torch.Tensor          # (B,H,W) int64: the answer after the vote, as `relabel` returns it without `stages`
+
+    def __repr__(self):
+        (B, H, W), changed = self.base.shape, lambda a, b: int((a != b).sum())
+        return (f"RefineStages({B} image{'s' * (B != 1)} of {H}x{W}: {int(self.band.sum())} band pixels, {len(self.pixels)} re-decided; "
+                f"the choice changed {changed(self.choice, self.base)}, the vote {changed(self.labels, self.choice)}; {self.settings})")
+
+# %% ../nbs/05b_refine.ipynb #c1254008
+def _stages(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> RefineStages:
+    "`relabel(..., stages=True)` of checked inputs, given the base answer `answer` = `_base_answer(probs)`: `_candidates`' chunks made once, then read by the choice without the vote and by the whole decision."
+    base, M, chunks, levels = _candidates(emb, probs, answer, prototypes, s, chunk, levels)
+    chunks, (B, _, H, W), n = list(chunks), probs.shape, s.top_n
+    if chunks: lin, cand, d, top_p = (torch.cat([c[i] for c in chunks], -1) for i in (0, 1, 3, 4))
+    else: lin, cand, d, top_p = base.new_zeros(0, dtype=torch.long), base.new_zeros((n, 0)), emb.new_zeros((n, 0)), probs.new_zeros((n, 0))
+    e2 = _sample(emb, _pixels(lin, B, H, W), (H, W)).square().sum(0) if len(lin) else emb.new_zeros(0)   # |e|², which `d` leaves out
+    dist, top_p = d.t() + e2[:, None], top_p.t()
+    decide = lambda vote, grey: _decide((base, M, chunks, levels), s.alpha, vote, grey, s.passes)
+    return RefineStages(s, base.long(), batch_band(base, s.radius), lin, cand.t().long(), top_p, dist, _costs(dist, top_p, s.alpha),
+                        decide(0, None), decide(s.vote, s.grey))
 
 # %% ../nbs/05b_refine.ipynb #3742569e
 def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
@@ -297,8 +337,9 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
                    embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
                    settings: RefineSettings|None = None,   # how band pixels are re-decided (None: the defaults)
+                   stages: bool = False,      # True: `relabel`'s `RefineStages` of every step instead (torch, with the batch axis for one image too)
                    **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote, grey, passes): they override `settings`
-    "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W)."
+    "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W); with `stages`, every step of it (`RefineStages`)."
     s = _settings(settings, kwargs)
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
@@ -307,6 +348,7 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
         p, emb = _scores_and_embedding(model, probs, x, batched)          # the embedder and a base model in eval mode
         _check_protos(prototypes, p.shape[1])
         levels = grey_levels(x, prototypes.mean, prototypes.std) if s.grey is not None else None
-        out = relabel(emb, p, prototypes, s, levels=levels)
+        out = relabel(emb, p, prototypes, s, levels=levels, stages=stages)
+    if stages: return out
     if not batched: out = out[0]
     return to_numpy(out) if as_numpy else out

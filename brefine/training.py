@@ -22,14 +22,14 @@ from .learner import refine_learner
 from .prototypes import extract_prototypes
 
 # %% auto #0
-__all__ = ['BASE_OPTIONS', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner',
+__all__ = ['BASE_OPTIONS', 'plain_tree', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner',
            'CheckpointCallback', 'StopAfter', 'TrainConfig', 'train_embedder', 'prototypes_from_checkpoint']
 
 # %% ../nbs/04a_training.ipynb #e16d79e5
-def _plain_tree(o):
-    "Only dicts, lists, tensors, numbers and strings, as `torch.load(weights_only=True)` accepts (fastai's `L` becomes a list)."
-    if isinstance(o, dict): return {k: _plain_tree(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)) or type(o).__name__ == 'L': return [_plain_tree(v) for v in o]
+def plain_tree(o):
+    "`o` in the plain form a checkpoint stores: only dicts, lists, tensors, numbers and strings, which `torch.load(weights_only=True)` and `safe_load` read (tuples and fastai's `L` become lists, NumPy arrays tensors, NumPy scalars numbers)."
+    if isinstance(o, dict): return {k: plain_tree(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)) or type(o).__name__ == 'L': return [plain_tree(v) for v in o]
     if isinstance(o, torch.Tensor): return o.detach().cpu()
     if isinstance(o, np.ndarray): return torch.from_numpy(o.copy())
     if isinstance(o, np.generic): return o.item()
@@ -45,8 +45,8 @@ def _loader_rngs(dls) -> list:
 def rng_states(dls=None) -> dict:
     "Every random state training draws from: Python's, NumPy's and torch's (CPU and CUDA), and each fastai DataLoader's own RNG."
     fs = get_random_states()
-    st = dict(python=_plain_tree(fs['random_state']), numpy=_plain_tree(fs['numpy_state']), torch=fs['torch_state'],
-              loaders=[_plain_tree(r.getstate()) for r in _loader_rngs(dls)])
+    st = dict(python=plain_tree(fs['random_state']), numpy=plain_tree(fs['numpy_state']), torch=fs['torch_state'],
+              loaders=[plain_tree(r.getstate()) for r in _loader_rngs(dls)])
     if torch.cuda.is_available(): st['cuda'] = fs['torch_cuda_state']
     return st
 
@@ -77,10 +77,10 @@ def _every_process(o) -> list:
 def save_checkpoint(learn, path, epoch: int, n_epochs: int, meta: dict,
                     rngs: list = None) -> Path:   # random states of every process (rank order); default: this process's
     "Atomically write the embedder of `learn` (as `save_embedder` does) with its optimiser state, random states and progress to `path`."
-    opt = _plain_tree(learn.opt.state_dict()) if learn.opt is not None else None
+    opt = plain_tree(learn.opt.state_dict()) if learn.opt is not None else None
     rngs = rngs or [rng_states(learn.dls)]
     return atomic_save(dict(embedder_state(learn.model), opt=opt, rng=rngs[0], rng_ranks=rngs, epoch=epoch, n_epochs=n_epochs,
-                            meta=_plain_tree(meta)), path)
+                            meta=plain_tree(meta)), path)
 
 # %% ../nbs/04a_training.ipynb #ed32add5
 def load_checkpoint(path) -> dict:
