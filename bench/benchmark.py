@@ -321,10 +321,11 @@ def prototype_batches(ds, bs=4):
     if batch: yield out()
 
 def get_prototypes(args, ds, embedder, emb_file):
+    from brefine.band import TRAIN_RADIUS
     from brefine.prototypes import Prototypes, extract_prototypes
     f = emb_file.with_name('protos_' + emb_file.stem + '.pt')
     if f.exists(): log(f'prototypes loaded from {f}'); return Prototypes.load(f)
-    p = extract_prototypes(embedder, prototype_batches(ds), ds.n_classes, train_radius=3, ignore_index=ds.void, names=ds.codes,
+    p = extract_prototypes(embedder, prototype_batches(ds), ds.n_classes, train_radius=TRAIN_RADIUS, ignore_index=ds.void, names=ds.codes,
                            mean=IMAGENET_MEAN, std=IMAGENET_STD, progress=False)
     p.save(f); log(f'prototypes saved to {f}: {p}')
     return p

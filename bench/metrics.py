@@ -7,7 +7,8 @@ usage: .venv/bin/python bench/metrics.py [--record]"""
 import argparse, os, time
 from pathlib import Path
 import numpy as np, cv2
-from brefine.metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou, evaluate
+from brefine.metrics import mean_iou, boundary_iou, boundary_f1, trimap_iou
+from brefine.evaluation import evaluate
 from record import main_recorded
 
 def synthetic(n=233, size=(360, 480), seed=0):

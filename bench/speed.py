@@ -38,7 +38,7 @@ refine_over_base, post_over_base, post_ms_per_mp, peak_mem_over_base} -- and rec
 `--before REV` also times the post-processing of brefine as of git revision REV (its whole package, imported as
 `brefine_before` from a temporary copy), and its whole refinement (that version's embedder, built with the same seed, and
 its post-processing: column `before refine/base`), or `--before FILE` the post-processing of another copy of the module
-that holds `relabel` (brefine/refine.py; brefine/inference.py in versions before the modules were re-cut) alone, in the
+that holds `relabel` (brefine/refine.py; brefine/inference.py in older versions) alone, in the
 same process, interleaved with the current one. Every version's names are taken from its package's top level
 (`brefine.relabel`, `brefine.prepare_image`, ...), which every version exports, whatever module defines them; `--profile` prints where the post-processing's time goes, function by
 function (cProfile), for the current version and with --before for the other, and where the embedding's goes, part by part of

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #b31d4047
 from __future__ import annotations
-import os, io, errno, math, numbers, tempfile, contextlib, pickle, threading
+import os, io, errno, math, numbers, dataclasses, tempfile, contextlib, pickle, threading
 from pathlib import Path
 import numpy as np
 import torch
@@ -101,6 +101,16 @@ def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: s
         rng = f"in [{lo}, {hi})" if below_hi and lo is not None else _bounds(lo, hi)
         raise ValueError(f"{name} must be {rng}, got {v:g}.{hint}")
     return v
+
+# %% ../nbs/00_core.ipynb #45b65abe
+def _replaced(cls, obj, overrides: dict, arg: str, what: str, example: str):
+    "`obj` (a `cls` dataclass, or None for `cls()`) with the single `overrides` given by name; another type, or a name `cls` lacks, is refused naming `arg` and the `what`s there are."
+    if obj is not None and not isinstance(obj, cls):
+        raise TypeError(f"{arg} must be a {cls.__name__}, got {obj!r}; pass single {what}s by name, e.g. {example}.")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown: raise TypeError(f"Unknown {what}(s) {', '.join(unknown)}: the {what}s are {', '.join(names)}.")
+    return dataclasses.replace(obj if obj is not None else cls(), **overrides)
 
 # %% ../nbs/00_core.ipynb #7efc0dcb
 def _write_error(e: OSError, path: Path) -> OSError:

@@ -4,15 +4,15 @@
 
 # %% ../nbs/05b_refine.ipynb #c252f6bc
 from __future__ import annotations
-from dataclasses import dataclass, replace, fields
+from dataclasses import dataclass, replace
 from functools import partial
 import numpy as np
 import torch
 import torch.nn.functional as F
-from fastcore.basics import patch, ifnone
+from fastcore.basics import patch
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
-from .core import to_numpy, as_int, as_float, _model_of, _device_of, _embedding
+from .core import to_numpy, as_int, as_float, _model_of, _device_of, _embedding, _replaced
 from .band import batch_band
 from .shared_backbone import reads_base, embed_with_base
 from .triplets import sample_features
@@ -64,12 +64,7 @@ def for_classes(self: RefineSettings, n_classes: int) -> RefineSettings:
 # %% ../nbs/05b_refine.ipynb #b8a9fe88
 def _settings(settings, overrides: dict) -> RefineSettings:
     "`settings` (a `RefineSettings`, or None for the defaults) with the keyword `overrides` applied."
-    if settings is not None and not isinstance(settings, RefineSettings):
-        raise TypeError(f"settings must be a RefineSettings, got {settings!r}; pass single settings by name, e.g. top_n=3.")
-    unknown = sorted(set(overrides) - {f.name for f in fields(RefineSettings)})
-    if unknown: raise TypeError(f"Unknown refinement setting(s) {', '.join(unknown)}: the settings are "
-                                f"{', '.join(f.name for f in fields(RefineSettings))}.")
-    return replace(ifnone(settings, RefineSettings()), **overrides) if overrides else ifnone(settings, RefineSettings())
+    return _replaced(RefineSettings, settings, overrides, 'settings', 'refinement setting', 'top_n=3')
 
 # %% ../nbs/05b_refine.ipynb #53d26555
 def _check_protos(prototypes, n_scores, emb_dim=None):

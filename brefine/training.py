@@ -11,9 +11,9 @@ import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats, as_float, as_int
+from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats, as_float, as_int, _replaced
 from .band import TRAIN_RADIUS
 from .data import dls_from_folders
 from .embedder import FUSIONS
@@ -339,12 +339,7 @@ class TrainConfig:
 # %% ../nbs/04a_training.ipynb #e5d9a949
 def _train_config(config, options: dict) -> TrainConfig:
     "`config` (a `TrainConfig`, or None for the defaults) with the single `options` given by name applied."
-    if config is not None and not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {config!r}; pass single options by name, e.g. epochs=20.")
-    names = [f.name for f in fields(TrainConfig)]
-    unknown = sorted(set(options) - set(names))
-    if unknown: raise TypeError(f"Unknown training option(s) {', '.join(unknown)}: the options are {', '.join(names)}.")
-    return replace(config or TrainConfig(), **options)
+    return _replaced(TrainConfig, config, options, 'config', 'training option', 'epochs=20')
 
 # %% ../nbs/04a_training.ipynb #1433c6aa
 def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
