@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #b31d4047
 from __future__ import annotations
-import os, io, errno, math, numbers, tempfile, contextlib, pickle, threading
+import os, io, errno, math, numbers, tempfile, contextlib, pickle, threading, hashlib
 from pathlib import Path
 import numpy as np
 import torch
@@ -107,7 +107,8 @@ def _write_error(e: OSError, path: Path) -> OSError:
     "`e` (from writing `path`) as an error that names the file and the fix."
     why = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "the disk quota is exceeded: free some space",
            errno.EACCES: "permission denied: choose a folder you can write to", errno.EPERM: "permission denied: choose a folder you can write to",
-           errno.EROFS: "the file system is read-only: choose another folder"}.get(e.errno)
+           errno.EROFS: "the file system is read-only: choose another folder",
+           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a file (one inside that folder, if you like)"}.get(e.errno)
     if why is None: return e
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
@@ -128,6 +129,7 @@ def _umask() -> int:
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
     path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp, next to `path`
+    if path.is_dir(): raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)), path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
@@ -143,10 +145,49 @@ def atomic_write(path, mode: str = 'wb', tag: str = ''):
         if isinstance(e, OSError) and _write_error(e, path) is not e: raise _write_error(e, path) from None
         raise
 
+# %% ../nbs/00_core.ipynb #821fa409
+_DIGEST_KEY = 'brefine.sha256'                     # in a dict that brefine saves: the SHA-256 of the rest of its content
+
+def _content_digest(obj) -> str:
+    "SHA-256 (hex) of `obj`'s content: dicts, lists, tuples, strings and numbers by value, tensors by dtype, shape and bytes."
+    h = hashlib.sha256()
+    def put(tag: bytes, data: bytes): h.update(tag + len(data).to_bytes(8, 'little')); h.update(data)
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            t = o.detach().cpu().contiguous()
+            put(b'T', f'{t.dtype}{tuple(t.shape)}'.encode()); put(b'B', t.reshape(-1).view(torch.uint8).numpy().data)
+        elif isinstance(o, dict):
+            put(b'D', str(len(o)).encode())
+            for k, v in o.items(): walk(k); walk(v)
+        elif isinstance(o, (list, tuple)):
+            put(b'L' if isinstance(o, list) else b'U', str(len(o)).encode())
+            for v in o: walk(v)
+        elif isinstance(o, str): put(b'S', o.encode('utf-8', 'surrogatepass'))
+        elif isinstance(o, float): put(b'F', o.hex().encode())
+        else: put(b'R', f'{type(o).__name__}:{o!r}'.encode())          # None, bools, ints, dtypes
+    walk(obj)
+    return h.hexdigest()
+
+# %% ../nbs/00_core.ipynb #75d995ad
+def _with_digest(d: dict) -> dict:
+    "`d` with the SHA-256 of its content under `_DIGEST_KEY` (any digest it held replaced), for `_check_digest` to verify when it is read back."
+    d = {k: v for k, v in d.items() if k != _DIGEST_KEY}
+    return dict(d, **{_DIGEST_KEY: _content_digest(d)})
+
+# %% ../nbs/00_core.ipynb #806a5473
+def _check_digest(d, source, fix: str):
+    "`d` without its digest when that matches its content; `d` as it is when it has none (an older file, or one brefine did not write); else a ValueError naming `source`, with the `fix`."
+    if not isinstance(d, dict) or _DIGEST_KEY not in d: return d
+    d = dict(d); want = d.pop(_DIGEST_KEY)
+    if want != _content_digest(d):
+        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not match the SHA-256 saved with it), "
+                         f"from a flipped bit on disk, a copy cut short or an edit. {fix}")
+    return d
+
 # %% ../nbs/00_core.ipynb #1f46c184
 def atomic_save(obj, path) -> Path:
-    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it."
-    buf = io.BytesIO(); torch.save(obj, buf)
+    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it; a dict is saved with the digest of its content."
+    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)   # a dict: with its digest
     try: torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     except Exception as e:
         raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe loader refuses "
@@ -156,11 +197,11 @@ def atomic_save(obj, path) -> Path:
 
 # %% ../nbs/00_core.ipynb #ea42d71d
 def safe_load(path, what: str = 'file', map_location='cpu'):
-    "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`)."
+    "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`), checking the digest of its content where it has one."
     path = Path(path)
     if not path.exists(): raise FileNotFoundError(f"{what} not found: {path}. Check the path, or create it first.")
     if path.is_dir(): raise IsADirectoryError(f"{what} expected a file but {path} is a folder.")
-    try: return torch.load(path, map_location=map_location, weights_only=True)
+    try: obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'unsupported global' not in str(e).lower():   # not a request to build objects: garbage or a truncated file
             raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt (UnpicklingError: "
@@ -172,3 +213,4 @@ def safe_load(path, what: str = 'file', map_location='cpu'):
     except Exception as e:            # garbage makes the legacy unpickler fail in many ways (EOFError, IndexError, KeyError ...)
         raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create it.") from None
+    return _check_digest(obj, f"{what} {path}", "Re-create it, or copy it again from where it came from.")
