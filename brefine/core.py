@@ -20,6 +20,32 @@ def default_device() -> torch.device:
     if mps is not None and mps.is_available(): return torch.device('mps')
     return torch.device('cpu')
 
+# %% ../nbs/00_core.ipynb #56b8cd9e
+def _as_device(device, name: str = 'device') -> torch.device:
+    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a `torch.device` this machine has; else an error naming `name` and the fix."
+    if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, torch.device, numbers.Integral)):
+        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a torch.device, or a GPU index; got {device!r} "
+                        f"({type(device).__name__}).")
+    try: dev = torch.device(int(device) if isinstance(device, numbers.Integral) else device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', 'cuda:1' or 'mps'.") from None
+    fix = f"pass {name}='cpu', or leave it out for the default device (here {default_device()})."
+    if dev.type == 'cuda':
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none on this machine "
+                                   f"(torch.cuda.is_available() is False): {fix}")
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine has {n} (cuda:0 to cuda:{n - 1}): "
+                             f"pass one of those, or {name}='cpu'.")
+    elif dev.type == 'mps':
+        mps = getattr(torch.backends, 'mps', None)
+        if mps is None or not mps.is_available(): raise ValueError(f"{name}={device!r} asks for Apple's MPS, which this machine does not have: {fix}")
+    elif dev.type == 'meta': raise ValueError(f"{name}='meta' is a device that holds no data: a model moved there loses its weights. Pass 'cpu' or a GPU.")
+    elif dev.type != 'cpu':
+        try: torch.empty(0, device=dev)
+        except Exception as e: raise ValueError(f"{name}={device!r} is not a device this machine can use ({type(e).__name__}: {e}): {fix}") from None
+    return dev
+
 # %% ../nbs/00_core.ipynb #c2e36bb5
 def to_numpy(x) -> np.ndarray:
     "`x` (tensor, PIL image, list or array) as a numpy array on the CPU."
@@ -38,6 +64,22 @@ def _device_of(model, default='cpu') -> torch.device:
     "The device of `model`'s parameters, or `default` for a model without any (a plain function)."
     try: return next(model.parameters()).device
     except (StopIteration, AttributeError, TypeError): return torch.device(default)
+
+# %% ../nbs/00_core.ipynb #bad95bfa
+def _load_weights(net: torch.nn.Module, sd, source) -> torch.nn.Module:
+    "`net` with the weights `sd` (a state_dict) loaded when they fit it: the same names, each a tensor of its shape; else a ValueError naming `source`."
+    want = net.state_dict()
+    if not isinstance(sd, dict): raise ValueError(f"{source} is damaged: its weights (state_dict) are a {type(sd).__name__}, not a dict of tensors. Save it again.")
+    name = lambda ks: ', '.join(map(repr, ks[:3])) + (f' and {len(ks) - 3} more' if len(ks) > 3 else '')
+    shape = lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else f'a {type(v).__name__}'
+    missing, extra = [k for k in want if k not in sd], [k for k in sd if k not in want]
+    wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor) or sd[k].shape != want[k].shape)]
+    why = ([f"it lacks the weights {name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
+          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]]
+    if why: raise ValueError(f"{source} does not match its own config: {'; '.join(why)}. Save it again.")
+    try: net.load_state_dict(sd)
+    except Exception as e: raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
+    return net
 
 # %% ../nbs/00_core.ipynb #d324b9b1
 def _embedding(out, where: str = '') -> torch.Tensor:
