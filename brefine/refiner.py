@@ -195,6 +195,9 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
         if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
             raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no "
                              "longer has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
+        lacks = [k for k in _SETTING_NAMES if k not in settings] if settings.get('version') == REFINER_VERSION else []
+        if lacks: raise ValueError(f"{path/'refiner.json'} lacks the setting {', '.join(lacks)}, which every bundle of format "
+                                   f"{REFINER_VERSION} holds: it is damaged. Save the Refiner again.")
         protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
         try: net = load_embedder(path/files['embedder'], base=base)
         except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
