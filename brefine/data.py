@@ -40,6 +40,12 @@ class ImageFormatError(ValueError):
 class ImageTooLargeError(ImageFormatError):
     "An image file of more pixels than PIL's limit against decompression bombs (`PIL.Image.MAX_IMAGE_PIXELS`)."
 
+# %% ../nbs/02_data.ipynb #8aec0ada
+def _link_loop(fn, what: str = 'image') -> FileNotFoundError:
+    "The error for the file `fn` (a `what`) that is a symbolic link leading back to itself."
+    return FileNotFoundError(f"cannot read {what} {fn}: it is a symbolic link that leads back to itself (a loop of links), so to "
+                             "no file. Point the link at the image file, or replace it by the file.")
+
 # %% ../nbs/02_data.ipynb #ee3b9ce9
 def open_image_file(fn, what: str = 'image') -> Image.Image:
     "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name, and of at most `PIL.Image.MAX_IMAGE_PIXELS` pixels."
@@ -55,8 +61,7 @@ def open_image_file(fn, what: str = 'image') -> Image.Image:
     except Image.DecompressionBombError: raise too_large("more pixels than twice") from None
     except OSError as e:
         if e.errno != errno.ELOOP: raise
-        raise FileNotFoundError(f"cannot read {what} {fn}: it is a symbolic link that leads back to itself (a loop of links), so to "
-                                "no file. Point the link at the image file, or replace it by the file.") from None
+        raise _link_loop(fn, what) from None
     if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:   # PIL only warns up to twice its limit
         im.close(); raise too_large(f"{im.width}x{im.height} = {im.width * im.height} pixels, more than")
     return im
@@ -391,7 +396,10 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
     layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
     for d in (train, f'{train}{mask_suffix}', valid, f'{valid}{mask_suffix}'):
         if not (path/d).is_dir(): raise FileNotFoundError(f"folder {path/d} not found: {layout}.")
-    files = {d: get_image_files(path/d, recurse=False) for d in (train, valid)}
+    try: files = {d: get_image_files(path/d, recurse=False) for d in (train, valid)}
+    except OSError as e:                                                  # fastai lists the folder: a link that loops stops it
+        if e.errno != errno.ELOOP: raise
+        raise _link_loop(e.filename) from None
     for d, fs in files.items():
         if not fs: raise FileNotFoundError(f"no images in {path/d}: {layout}.")
     get_y = _MaskPath(mask_suffix)
