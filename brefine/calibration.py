@@ -8,13 +8,12 @@ import itertools, time
 from dataclasses import asdict, fields
 import numpy as np
 import torch
-import torch.nn as nn
 from fastprogress.fastprogress import progress_bar
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
 from .core import to_numpy, as_float, _model_of, _device_of
 from .prototypes import Prototypes
-from .inputs import prepare_image
+from .inputs import prepare_image, _evaluating
 from .vote import grey_levels
 from .refine import RefineSettings, _base_answer, _candidates, _check_protos, _decisions, _scores_and_embedding
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
@@ -49,8 +48,10 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, g
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
     scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
-        raise ValueError(f"calibrate needs one score map and one ground truth per image: got {len(imgs)} images, "
-                         f"{len(scores)} score maps, {len(gts_)} ground truths.")
+        raise ValueError(f"calibrate needs one score map (`probs`) and one ground truth (`gts`) per image (`images`): got {len(imgs)} "
+                         f"images, {len(scores)} score maps, {len(gts_)} ground truths.")
+    if not imgs: raise ValueError("calibrate needs validation images, but `images`, `probs` and `gts` are empty: pass one or more "
+                                  "images with their scores (or the base model as `probs`) and ground truths.")
     cache, dev = [], _device_of(model)
     with torch.inference_mode():
         for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
@@ -139,8 +140,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
     "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`)."
     _choice_rule(objective, max_seconds)                                  # checked before any work
     model = _model_of(embedder)
-    if isinstance(model, nn.Module): model.eval()
-    cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
+    with _evaluating(model):                                             # in eval mode; its own mode back after
+        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
     n = prototypes.n_classes
     for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
     tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr, ps) for r, k, t, a, v, gr in

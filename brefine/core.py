@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #b31d4047
 from __future__ import annotations
-import os, io, errno, math, numbers, dataclasses, tempfile, contextlib, pickle, threading
+import os, io, errno, math, numbers, dataclasses, tempfile, contextlib, pickle, threading, hashlib
 from pathlib import Path
 import numpy as np
 import torch
@@ -19,6 +19,32 @@ def default_device() -> torch.device:
     mps = getattr(torch.backends, 'mps', None)
     if mps is not None and mps.is_available(): return torch.device('mps')
     return torch.device('cpu')
+
+# %% ../nbs/00_core.ipynb #56b8cd9e
+def _as_device(device, name: str = 'device') -> torch.device:
+    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a `torch.device` this machine has; else an error naming `name` and the fix."
+    if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, torch.device, numbers.Integral)):
+        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a torch.device, or a GPU index; got {device!r} "
+                        f"({type(device).__name__}).")
+    try: dev = torch.device(int(device) if isinstance(device, numbers.Integral) else device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', 'cuda:1' or 'mps'.") from None
+    fix = f"pass {name}='cpu', or leave it out for the default device (here {default_device()})."
+    if dev.type == 'cuda':
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none on this machine "
+                                   f"(torch.cuda.is_available() is False): {fix}")
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine has {n} (cuda:0 to cuda:{n - 1}): "
+                             f"pass one of those, or {name}='cpu'.")
+    elif dev.type == 'mps':
+        mps = getattr(torch.backends, 'mps', None)
+        if mps is None or not mps.is_available(): raise ValueError(f"{name}={device!r} asks for Apple's MPS, which this machine does not have: {fix}")
+    elif dev.type == 'meta': raise ValueError(f"{name}='meta' is a device that holds no data: a model moved there loses its weights. Pass 'cpu' or a GPU.")
+    elif dev.type != 'cpu':
+        try: torch.empty(0, device=dev)
+        except Exception as e: raise ValueError(f"{name}={device!r} is not a device this machine can use ({type(e).__name__}: {e}): {fix}") from None
+    return dev
 
 # %% ../nbs/00_core.ipynb #c2e36bb5
 def to_numpy(x) -> np.ndarray:
@@ -38,6 +64,22 @@ def _device_of(model, default='cpu') -> torch.device:
     "The device of `model`'s parameters, or `default` for a model without any (a plain function)."
     try: return next(model.parameters()).device
     except (StopIteration, AttributeError, TypeError): return torch.device(default)
+
+# %% ../nbs/00_core.ipynb #bad95bfa
+def _load_weights(net: torch.nn.Module, sd, source) -> torch.nn.Module:
+    "`net` with the weights `sd` (a state_dict) loaded when they fit it: the same names, each a tensor of its shape; else a ValueError naming `source`."
+    want = net.state_dict()
+    if not isinstance(sd, dict): raise ValueError(f"{source} is damaged: its weights (state_dict) are a {type(sd).__name__}, not a dict of tensors. Save it again.")
+    name = lambda ks: ', '.join(map(repr, ks[:3])) + (f' and {len(ks) - 3} more' if len(ks) > 3 else '')
+    shape = lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else f'a {type(v).__name__}'
+    missing, extra = [k for k in want if k not in sd], [k for k in sd if k not in want]
+    wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor) or sd[k].shape != want[k].shape)]
+    why = ([f"it lacks the weights {name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
+          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]]
+    if why: raise ValueError(f"{source} does not match its own config: {'; '.join(why)}. Save it again.")
+    try: net.load_state_dict(sd)
+    except Exception as e: raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
+    return net
 
 # %% ../nbs/00_core.ipynb #d324b9b1
 def _embedding(out, where: str = '') -> torch.Tensor:
@@ -117,7 +159,8 @@ def _write_error(e: OSError, path: Path) -> OSError:
     "`e` (from writing `path`) as an error that names the file and the fix."
     why = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "the disk quota is exceeded: free some space",
            errno.EACCES: "permission denied: choose a folder you can write to", errno.EPERM: "permission denied: choose a folder you can write to",
-           errno.EROFS: "the file system is read-only: choose another folder"}.get(e.errno)
+           errno.EROFS: "the file system is read-only: choose another folder",
+           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a file (one inside that folder, if you like)"}.get(e.errno)
     if why is None: return e
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
@@ -138,6 +181,7 @@ def _umask() -> int:
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
     path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp, next to `path`
+    if path.is_dir(): raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)), path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
@@ -153,10 +197,49 @@ def atomic_write(path, mode: str = 'wb', tag: str = ''):
         if isinstance(e, OSError) and _write_error(e, path) is not e: raise _write_error(e, path) from None
         raise
 
+# %% ../nbs/00_core.ipynb #821fa409
+_DIGEST_KEY = 'brefine.sha256'                     # in a dict that brefine saves: the SHA-256 of the rest of its content
+
+def _content_digest(obj) -> str:
+    "SHA-256 (hex) of `obj`'s content: dicts, lists, tuples, strings and numbers by value, tensors by dtype, shape and bytes."
+    h = hashlib.sha256()
+    def put(tag: bytes, data: bytes): h.update(tag + len(data).to_bytes(8, 'little')); h.update(data)
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            t = o.detach().cpu().contiguous()
+            put(b'T', f'{t.dtype}{tuple(t.shape)}'.encode()); put(b'B', t.reshape(-1).view(torch.uint8).numpy().data)
+        elif isinstance(o, dict):
+            put(b'D', str(len(o)).encode())
+            for k, v in o.items(): walk(k); walk(v)
+        elif isinstance(o, (list, tuple)):
+            put(b'L' if isinstance(o, list) else b'U', str(len(o)).encode())
+            for v in o: walk(v)
+        elif isinstance(o, str): put(b'S', o.encode('utf-8', 'surrogatepass'))
+        elif isinstance(o, float): put(b'F', o.hex().encode())
+        else: put(b'R', f'{type(o).__name__}:{o!r}'.encode())          # None, bools, ints, dtypes
+    walk(obj)
+    return h.hexdigest()
+
+# %% ../nbs/00_core.ipynb #75d995ad
+def _with_digest(d: dict) -> dict:
+    "`d` with the SHA-256 of its content under `_DIGEST_KEY` (any digest it held replaced), for `_check_digest` to verify when it is read back."
+    d = {k: v for k, v in d.items() if k != _DIGEST_KEY}
+    return dict(d, **{_DIGEST_KEY: _content_digest(d)})
+
+# %% ../nbs/00_core.ipynb #806a5473
+def _check_digest(d, source, fix: str):
+    "`d` without its digest when that matches its content; `d` as it is when it has none (an older file, or one brefine did not write); else a ValueError naming `source`, with the `fix`."
+    if not isinstance(d, dict) or _DIGEST_KEY not in d: return d
+    d = dict(d); want = d.pop(_DIGEST_KEY)
+    if want != _content_digest(d):
+        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not match the SHA-256 saved with it), "
+                         f"from a flipped bit on disk, a copy cut short or an edit. {fix}")
+    return d
+
 # %% ../nbs/00_core.ipynb #1f46c184
 def atomic_save(obj, path) -> Path:
-    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it."
-    buf = io.BytesIO(); torch.save(obj, buf)
+    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it; a dict is saved with the digest of its content."
+    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)   # a dict: with its digest
     try: torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     except Exception as e:
         raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe loader refuses "
@@ -166,11 +249,11 @@ def atomic_save(obj, path) -> Path:
 
 # %% ../nbs/00_core.ipynb #ea42d71d
 def safe_load(path, what: str = 'file', map_location='cpu'):
-    "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`)."
+    "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`), checking the digest of its content where it has one."
     path = Path(path)
     if not path.exists(): raise FileNotFoundError(f"{what} not found: {path}. Check the path, or create it first.")
     if path.is_dir(): raise IsADirectoryError(f"{what} expected a file but {path} is a folder.")
-    try: return torch.load(path, map_location=map_location, weights_only=True)
+    try: obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'unsupported global' not in str(e).lower():   # not a request to build objects: garbage or a truncated file
             raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt (UnpicklingError: "
@@ -182,3 +265,4 @@ def safe_load(path, what: str = 'file', map_location='cpu'):
     except Exception as e:            # garbage makes the legacy unpickler fail in many ways (EOFError, IndexError, KeyError ...)
         raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create it.") from None
+    return _check_digest(obj, f"{what} {path}", "Re-create it, or copy it again from where it came from.")

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_data.ipynb #6b425d76
 from __future__ import annotations
-import math, random, inspect
+import math, random, inspect, errno
 from collections import Counter
 from typing import Callable
 from pathlib import Path
@@ -25,24 +25,46 @@ from fastai.data.core import DataLoaders
 from .band import batch_band, TRAIN_RADIUS
 
 # %% auto #0
-__all__ = ['IMAGE_FORMATS', 'SYNTH_CODES', 'CAMVID_CODES', 'ImageFormatError', 'open_image_file', 'TensorBand', 'PILBand',
-           'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock', 'synthetic_scene', 'make_synthetic_folder',
-           'dls_from_folders', 'dls_from_label_func', 'SegData', 'camvid', 'stanford_background']
+__all__ = ['IMAGE_FORMATS', 'SYNTH_CODES', 'CAMVID_CODES', 'ImageFormatError', 'ImageTooLargeError', 'open_image_file',
+           'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock', 'synthetic_scene',
+           'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func', 'SegData', 'camvid',
+           'stanford_background']
 
 # %% ../nbs/02_data.ipynb #d5589131
 IMAGE_FORMATS = ('PNG', 'JPEG', 'BMP', 'TIFF', 'WEBP', 'GIF', 'PPM')   # the image formats brefine opens (PPM: also PGM and PBM)
 
 class ImageFormatError(ValueError):
-    "An image file that is not of a format brefine opens (`IMAGE_FORMATS`), or too corrupt to tell."
+    "An image file that brefine does not open: not of a format of `IMAGE_FORMATS`, too corrupt to tell, or too large to decode safely."
+
+# %% ../nbs/02_data.ipynb #bf58f4ea
+class ImageTooLargeError(ImageFormatError):
+    "An image file of more pixels than PIL's limit against decompression bombs (`PIL.Image.MAX_IMAGE_PIXELS`)."
+
+# %% ../nbs/02_data.ipynb #8aec0ada
+def _link_loop(fn, what: str = 'image') -> FileNotFoundError:
+    "The error for the file `fn` (a `what`) that is a symbolic link leading back to itself."
+    return FileNotFoundError(f"cannot read {what} {fn}: it is a symbolic link that leads back to itself (a loop of links), so to "
+                             "no file. Point the link at the image file, or replace it by the file.")
 
 # %% ../nbs/02_data.ipynb #ee3b9ce9
 def open_image_file(fn, what: str = 'image') -> Image.Image:
-    "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name."
-    try: return Image.open(fn, formats=IMAGE_FORMATS)
+    "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name, and of at most `PIL.Image.MAX_IMAGE_PIXELS` pixels."
+    too_large = lambda how_many: ImageTooLargeError(
+        f"cannot read {what} {fn}: it has {how_many} PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (PIL.Image.MAX_IMAGE_PIXELS), a guard "
+        "against decompression bombs: small files that decode to images too large for memory. If you trust the file, raise "
+        "PIL.Image.MAX_IMAGE_PIXELS; else replace it.")
+    try: im = Image.open(fn, formats=IMAGE_FORMATS)
     except UnidentifiedImageError:
         raise ImageFormatError(f"cannot read {what} {fn}: it is not a PNG, JPEG, BMP, TIFF, WebP, GIF or PPM file, the formats "
                                "brefine opens (judged by the file's content, not its name), or it is corrupt. Convert it to PNG, "
                                "or replace it.") from None
+    except Image.DecompressionBombError: raise too_large("more pixels than twice") from None
+    except OSError as e:
+        if e.errno != errno.ELOOP: raise
+        raise _link_loop(fn, what) from None
+    if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:   # PIL only warns up to twice its limit
+        im.close(); raise too_large(f"{im.width}x{im.height} = {im.width * im.height} pixels, more than")
+    return im
 
 # %% ../nbs/02_data.ipynb #c4acf2ec
 def _load_image(fn, what: str = 'image') -> Image.Image:
@@ -308,10 +330,11 @@ class _InFolder:
 # %% ../nbs/02_data.ipynb #44b56282
 def _header(f, what: str):
     "(size, None) from the header of image file `f`, or (None, why it cannot be used): no pixels are decoded."
-    if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
     try:
         with open_image_file(f, what) as im: size, mode = im.size, im.mode
+    except (ImageTooLargeError, FileNotFoundError) as e: return None, str(e)   # as open_image_file says: a bomb, a link to no file
     except (OSError, SyntaxError, ValueError):
+        if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
         return None, (f"{what} {f} is not an image file PIL can read in a format brefine opens (PNG, JPEG, BMP, TIFF, WebP, GIF "
                       "or PPM, judged by its content, not its name): it is corrupt, or of another format")
     if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
@@ -373,7 +396,10 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
     layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
     for d in (train, f'{train}{mask_suffix}', valid, f'{valid}{mask_suffix}'):
         if not (path/d).is_dir(): raise FileNotFoundError(f"folder {path/d} not found: {layout}.")
-    files = {d: get_image_files(path/d, recurse=False) for d in (train, valid)}
+    try: files = {d: get_image_files(path/d, recurse=False) for d in (train, valid)}
+    except OSError as e:                                                  # fastai lists the folder: a link that loops stops it
+        if e.errno != errno.ELOOP: raise
+        raise _link_loop(e.filename) from None
     for d, fs in files.items():
         if not fs: raise FileNotFoundError(f"no images in {path/d}: {layout}.")
     get_y = _MaskPath(mask_suffix)

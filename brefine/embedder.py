@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchvision.models.segmentation.deeplabv3 import ASPP
 from fastcore.basics import patch, store_attr
+from .core import as_float
 from .backbones import _backbone
 
 # %% auto #0
@@ -47,7 +48,7 @@ class EmbeddingHead(nn.Module):
         _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
         _check_fusion(fusion)
         self.aspp = ASPP(high_ch, list(rates), aspp_dim)
-        self.aspp.project[-1].p = dropout
+        self.aspp.project[-1].p = as_float(dropout, 'dropout', 0, 1, " It is the probability of dropping each ASPP feature in training, like 0.1.", below_hi=True)
         def cbr(ci, co, k, groups=1): return [nn.Conv2d(ci, co, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
         if fusion == 'concat':
             self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))

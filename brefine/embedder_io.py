@@ -8,7 +8,7 @@ import hashlib, json
 from pathlib import Path
 import torch
 import torch.nn as nn
-from .core import atomic_save, safe_load, _model_of
+from .core import atomic_save, safe_load, _model_of, _load_weights
 from .embedder import EmbeddingNet
 from .shared_backbone import shared_from_state
 
@@ -34,13 +34,20 @@ def embedder_state(net) -> dict:
 _BUNDLE_EMBEDDER_FORMAT = 'brefine.refiner'     # the embedder file in older Refiner bundles
 
 def check_embedder_state(d, source: str = 'the embedder state') -> dict:
-    "`d` when it is an embedder state that this brefine reads (format, version, config), else a ValueError naming `source`."
-    if not isinstance(d, dict) or d.get('format') not in (EMBEDDER_FORMAT, _BUNDLE_EMBEDDER_FORMAT) or not isinstance(d.get('config'), dict):
+    "`d` when it is an embedder state that this brefine reads (format, version, kind, config, weights), else a ValueError naming `source`."
+    if not isinstance(d, dict) or not isinstance(d.get('format'), str) or d['format'] not in (EMBEDDER_FORMAT, _BUNDLE_EMBEDDER_FORMAT):
         raise ValueError(f"{source} is not a brefine embedder checkpoint (one written by `brefine train`, "
                          "`save_embedder` or `Refiner.save`).")
+    damaged = lambda what: ValueError(f"{source} is a damaged brefine embedder checkpoint: {what}. Re-create it (save the embedder again).")
     v = d.get('version', 0)
-    if d['format'] == EMBEDDER_FORMAT and (not isinstance(v, int) or v > EMBEDDER_VERSION):
+    if isinstance(v, bool) or not isinstance(v, int): raise damaged(f"its format version is {v!r} ({type(v).__name__}), not a whole number")
+    if d['format'] == EMBEDDER_FORMAT and v > EMBEDDER_VERSION:
         raise ValueError(f"{source} was written by a newer brefine (format {v}): `pip install -U brefine`.")
+    kind = d.get('kind', 'net')
+    if not isinstance(kind, str): raise damaged(f"its kind is {kind!r} ({type(kind).__name__}), not a name")
+    if kind not in ('net', 'shared'): raise ValueError(f"{source} holds an embedder of kind {kind!r}, which this brefine does not know: `pip install -U brefine`.")
+    if not isinstance(d.get('config'), dict): raise damaged(f"its config is {type(d.get('config')).__name__}, not a dict of settings" if 'config' in d else "it has no config")
+    if not isinstance(d.get('state_dict'), dict): raise damaged(f"its weights (state_dict) are {type(d.get('state_dict')).__name__}, not a dict of tensors" if 'state_dict' in d else "it has no weights (state_dict)")
     return d
 
 # %% ../nbs/03d_embedder_io.ipynb #d98acaf6
@@ -49,13 +56,9 @@ def embedder_from_state(d, source: str = 'the embedder state', base=None):
     check_embedder_state(d, source)
     if d.get('kind', 'net') == 'shared':
         return shared_from_state(d, source, base)
-    if d.get('kind', 'net') != 'net': raise ValueError(f"{source} holds an embedder of kind {d['kind']!r}, which this brefine does not know: `pip install -U brefine`.")
     try: net = EmbeddingNet(**dict(d['config'], pretrained=False))
     except Exception as e: raise ValueError(f"{source} holds an embedder configuration brefine cannot build ({type(e).__name__}: {e}).") from None
-    try: net.load_state_dict(d.get('state_dict'))
-    except Exception as e:
-        raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
-    return net.eval()
+    return _load_weights(net, d['state_dict'], source).eval()
 
 # %% ../nbs/03d_embedder_io.ipynb #2f45c0de
 def save_embedder(net, path) -> Path:

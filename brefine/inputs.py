@@ -83,12 +83,17 @@ def _pil_pixels(im) -> np.ndarray:
                          "0..65535 of 16 bits: scale it to 8 or 16 bits first (e.g. np.uint16 of the values you mean).")
     return a.astype(np.uint16)
 
+# %% ../nbs/05_inputs.ipynb #59e50037
+def _native_array(a: np.ndarray) -> np.ndarray:
+    "`a` as a contiguous array in this machine's byte order: torch takes neither negative strides (a flipped view) nor the other byte order."
+    return np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder('=')))
+
 # %% ../nbs/05_inputs.ipynb #40f8b2d8
 def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
     if hasattr(img, 'getbands'): img = _pil_pixels(img)                  # a PIL image
     if isinstance(img, np.ndarray):
-        if img.dtype.kind == 'f': img = torch.from_numpy(np.ascontiguousarray(img))   # negative strides (flips) too
+        if img.dtype.kind == 'f': img = torch.from_numpy(_native_array(img))         # flipped or big-endian too
         else: return _scaled(*_raw_hwc(img), mean, std), img.ndim == 4
     if not isinstance(img, torch.Tensor):
         raise TypeError(f"Images must be a torch tensor, a numpy array or a PIL image, not {type(img).__name__}.")
@@ -137,7 +142,7 @@ def _check_score_size(hw: tuple, HW: tuple):
 def _as_scores(s) -> torch.Tensor:
     if isinstance(s, np.ndarray):
         if s.dtype == object: raise TypeError("Scores must be a numeric array, got a numpy object array.")
-        s = np.ascontiguousarray(s)                                     # flipped views have negative strides
+        s = _native_array(s)                                            # flipped or big-endian arrays too
     return _plain(s)
 
 # %% ../nbs/05_inputs.ipynb #5f2965d2

@@ -115,20 +115,28 @@ def _proto_state(p: Prototypes) -> dict:
 
 # %% ../nbs/04_prototypes.ipynb #6bdecc82
 def _proto_from_state(d, path='<state>') -> Prototypes:
-    if not isinstance(d, dict) or d.get('format') != PROTOTYPES_FORMAT:
+    if not isinstance(d, dict) or not isinstance(d.get('format'), str) or d['format'] != PROTOTYPES_FORMAT:
         raise ValueError(f"{path} is not a brefine prototypes file (no '{PROTOTYPES_FORMAT}' header). "
                          "Create one with `extract_prototypes(...).save(path)`.")
     v = d.get('version')
-    if not isinstance(v, int) or v > PROTOTYPES_VERSION:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{path} is a damaged prototypes file: its format version is {v!r} ({type(v).__name__}), not a whole number. "
+                         "Extract the prototypes again.")
+    if v > PROTOTYPES_VERSION:
         raise ValueError(f"{path} has prototypes format version {v}, newer than this brefine reads ({PROTOTYPES_VERSION}). "
                          "Upgrade brefine: `pip install -U brefine`.")
+    for k in ('vectors', 'counts'):
+        if not isinstance(d.get(k), torch.Tensor):
+            raise ValueError(f"{path} is a damaged prototypes file: " + (f"its {k} are a {type(d[k]).__name__}, not a tensor" if k in d else
+                             f"the field '{k}' is missing") + ". Extract the prototypes again.")
     names = d.get('names')
     if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
     try:
         return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', TRAIN_RADIUS)), d.get('mean'), d.get('std'), d.get('ignore_index'),
                           d.get('fingerprint'))   # older files: None, unknown
-    except KeyError as e: raise ValueError(f"{path} is a damaged prototypes file: the field {e} is missing. Extract the prototypes again.") from None
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
+    except Exception as e:                                              # anything else a crafted field makes torch or numpy raise
+        raise ValueError(f"{path} is a damaged prototypes file ({type(e).__name__}: {str(e).splitlines()[0]}). Extract the prototypes again.") from None
 
 # %% ../nbs/04_prototypes.ipynb #2f034d71
 @patch

@@ -10,7 +10,7 @@ from pathlib import Path
 from fastcore.basics import patch, GetAttr
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
-from .core import atomic_write, _write_error, _model_of
+from .core import atomic_write, _write_error, _model_of, _as_device, _with_digest, _check_digest
 from .shared_backbone import BaseModelNeeded
 from .embedder_io import save_embedder, load_embedder
 from .prototypes import Prototypes, EmbedderMismatch
@@ -50,7 +50,7 @@ class Refiner(GetAttr):
         return res
 
     def to(self, device):
-        self.embedder.to(device); return self
+        self.embedder.to(_as_device(device)); return self
 
     def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
@@ -165,7 +165,7 @@ def save(self: Refiner, path, overwrite: bool = True) -> Path:
             save_embedder(self.embedder, path/files['embedder'])
             self.prototypes.save(path/files['prototypes'])
             with atomic_write(path/'refiner.json', 'w', tag=tag) as f:  # the switch: from here on the folder is the new bundle
-                json.dump(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings)), f, indent=1)
+                json.dump(_with_digest(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings))), f, indent=1)
         except BaseException:
             _remove_claimed(path, [tag]); raise
         _fsync_dir(path)
@@ -173,22 +173,39 @@ def save(self: Refiner, path, overwrite: bool = True) -> Path:
         _fsync_dir(path); os.ftruncate(lock, 0)                         # nothing left for the journal to claim
     return path
 
+# %% ../nbs/06b_refiner.ipynb #15ebf968
+def _bundle_near(path: Path) -> str:
+    "Where the Refiner bundle is when `path` is not one but a file of one, or a folder holding one a level down: a sentence to add to an error, or ''."
+    if path.is_file() and (path.parent/'refiner.json').is_file():
+        return f" {path} is a file of the bundle in the folder {path.parent}: pass that folder, Refiner.load({str(path.parent)!r})."
+    inner = sorted(p.parent for p in path.glob('*/refiner.json')) if path.is_dir() else []
+    if len(inner) == 1: return f" It holds a bundle one level down, in {inner[0]}: pass that folder, Refiner.load({str(inner[0])!r})."
+    return f" It holds {len(inner)} bundles one level down ({', '.join(p.name for p in inner[:3])}{', ...' if len(inner) > 3 else ''}): pass the folder of the one you mean." if inner else ''
+
 # %% ../nbs/06b_refiner.ipynb #814a2729
 @patch(cls_method=True)
 def load(cls: Refiner, path, device=None, base=None) -> Refiner:
-    "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one); never executes code from the files."
-    path = Path(path)
-    if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.")
+    "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one; `device`: where its embedder goes); never executes code from the files."
+    device, path = None if device is None else _as_device(device), Path(path)      # a device that cannot be: before anything is read
+    if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.{_bundle_near(path)}")
+    if not (path/'refiner.json').exists() and (near := _bundle_near(path)):
+        raise ValueError(f"{path} is not a Refiner bundle: it has no refiner.json.{near}")
     with _locked(path, shared=True):                                    # a save into the folder waits until it is read
         settings, files = _read_bundle_json(path)
         if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
             raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no "
                              "longer has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
+        lacks = [k for k in _SETTING_NAMES if k not in settings] if settings.get('version') == REFINER_VERSION else []
+        if lacks: raise ValueError(f"{path/'refiner.json'} lacks the setting {', '.join(lacks)}, which every bundle of format "
+                                   f"{REFINER_VERSION} holds: it is damaged. Save the Refiner again.")
         protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
         try: net = load_embedder(path/files['embedder'], base=base)
         except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
     if device is not None: net.to(device)
     kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
-    try: return cls(net, protos, **kw)
+    try: ref = cls(net, protos, **kw)
     except EmbedderMismatch as e: raise e.named(path/files['prototypes'], path/files['embedder']) from None
     except (TypeError, ValueError) as e: raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None
+    _check_digest(settings, path/'refiner.json', "To change a setting, load the bundle, set it (`ref.radius = 8`) and save it again; "
+                  "to keep an edit made by hand, delete its \"brefine.sha256\" entry.")   # last: a wrong setting is named first
+    return ref

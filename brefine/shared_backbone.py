@@ -13,7 +13,7 @@ from fastai.torch_core import params
 import copy, math, random, warnings
 from fastai.torch_core import no_random
 from fastai.data.core import DataLoaders, TfmdDL
-from .core import _model_of, as_int, _device_of
+from .core import _model_of, as_int, _device_of, _load_weights
 from .embedder import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout, _channels_last
 from .features import _Trace, _capture, _eval_mode, _layers, _logits, _split_name, _what
 
@@ -225,10 +225,7 @@ def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Modu
     diff = [f"{k} {want[k]!r} (this model: {got[k]!r})" for k in ('low_channels', 'high_channels', 'high_stride') if k in want and want[k] != got[k]]
     if diff: raise ValueError(f"{source} was trained on {what} with {', '.join(diff)}: pass the base model it was trained with.")
     if isinstance(want.get('weights'), list): _check_same_weights(want['weights'], net, source)
-    try: net.load_state_dict(d.get('state_dict'))
-    except Exception as e:
-        raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
-    return net.eval()
+    return _load_weights(net, d.get('state_dict'), source).eval()
 
 # %% ../nbs/03c_shared_backbone.ipynb #3a98b538
 class FeatureViews:
