@@ -21,7 +21,7 @@ from .inputs import _evaluating, _looks_like_probs, base_probs, prepare_image
 from .vote import _box_sums, _grey_plane, _grey_vote, _revote, _vote, grey_levels, _mark, _pixels
 
 # %% auto #0
-__all__ = ['SETTING_LIMITS', 'RefineSettings', 'relabel', 'RefineStages', 'refine_predict']
+__all__ = ['SETTING_LIMITS', 'RefineSettings', 'RefineStages', 'relabel', 'refine_predict']
 
 # %% ../nbs/05b_refine.ipynb #c12df624
 SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e6, passes=10)   # the largest value of each setting
@@ -252,25 +252,6 @@ def _base_answer(probs: torch.Tensor) -> tuple:
     base, top1 = _arg_max(probs)
     return base, top1, _looks_like_probs(probs)
 
-# %% ../nbs/05b_refine.ipynb #0c453696
-def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
-            probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
-            prototypes: Prototypes,    # M prototypes of dimension C
-            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
-            chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
-            levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
-            stages: bool = False,      # True: a `RefineStages` of every step (base answer, band, candidates, distances, choice, labels)
-            **kwargs) -> torch.Tensor|RefineStages:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
-    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N; with `stages`, every step of it."
-    if not isinstance(stages, (bool, np.bool_)): raise TypeError(f"stages must be True or False, got {stages!r}.")
-    _check_protos(prototypes, probs.shape[1], emb.shape[1])
-    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
-    if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
-        raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
-                         f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
-                         "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
-    return (_stages if stages else _relabel)(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
-
 # %% ../nbs/05b_refine.ipynb #e019a23e
 @dataclass(frozen=True, eq=False, repr=False)
 class RefineStages:
@@ -303,6 +284,25 @@ def _stages(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings
     decide = lambda vote, grey: _decide((base, M, chunks, levels), s.alpha, vote, grey, s.passes)
     return RefineStages(s, base.long(), batch_band(base, s.radius), lin, cand.t().long(), top_p, dist, _costs(dist, top_p, s.alpha),
                         decide(0, None), decide(s.vote, s.grey))
+
+# %% ../nbs/05b_refine.ipynb #0c453696
+def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
+            probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
+            prototypes: Prototypes,    # M prototypes of dimension C
+            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
+            chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
+            levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
+            stages: bool = False,      # True: a `RefineStages` of every step (base answer, band, candidates, distances, choice, labels)
+            **kwargs) -> torch.Tensor|RefineStages:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
+    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N; with `stages`, every step of it."
+    if not isinstance(stages, (bool, np.bool_)): raise TypeError(f"stages must be True or False, got {stages!r}.")
+    _check_protos(prototypes, probs.shape[1], emb.shape[1])
+    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
+    if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
+        raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
+                         f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
+                         "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
+    return (_stages if stages else _relabel)(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
 
 # %% ../nbs/05b_refine.ipynb #3742569e
 def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
