@@ -176,7 +176,7 @@ def outputs(args) -> dict:
 # ---------------------------------------------------------------------------------------------------------------- setup
 def load_dataset(name: str, root=None, quick: bool = False):
     "The `brefine.data` description of data set `name` ('camvid' or 'stanford') read from `root` (default: in DATA); `quick`: the smoke subset."
-    from brefine.data import camvid, stanford_background
+    from brefine.datasets import camvid, stanford_background
     ds = (camvid if name == 'camvid' else stanford_background)(root or DATA/DATA_DIRS[name])
     return ds.subset(**QUICK_SPLITS) if quick else ds
 
