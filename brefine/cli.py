@@ -15,12 +15,12 @@ from .core import as_float, as_int, atomic_write, to_numpy, default_device, _nor
 from .band import TRAIN_RADIUS
 from .shared_backbone import BaseModelNeeded, reads_base
 from .embedder_io import load_embedder
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, BASE_OPTIONS, TrainConfig, _CheckedByAll, _processes, _share, _total
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, TrainConfig, _CheckedByAll, _processes, _share, _total
 from .prototypes import EmbedderMismatch, Prototypes
 from .refine import RefineSettings
-from .evaluation import evaluate as _evaluate
 from .calibration import OBJECTIVES
 from .refiner import Refiner
+from .evaluation import evaluate as _evaluate
 from .demo import run_demo
 from .files import IMG_EXTS, RefineItems, _palette, _read_labels, _score_file, _write_png, _check_maps, _checked_labels, _ground_truth
 
@@ -107,7 +107,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
         ck = load_checkpoint(out)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
     else: ck = None; _check_out(out, force, [init_from, learner])
-    _check_base_options(ck, out, learner is not None, {k: getattr(config, k) for k in BASE_OPTIONS}, '--learner FILE', lambda k: '--' + k)
+    _check_base_options(ck, out, learner is not None, config.base_options(), '--learner FILE', lambda k: '--' + k)
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, config=config, base=base, resume=resume)
     if rank_distrib() == 0:

@@ -273,7 +273,7 @@ BASE_OPTIONS = ('backbone', 'pretrained', 'init_from', 'train_blocks', 'feature_
 
 def _net_kwargs(ck, out, base, c: TrainConfig) -> dict:
     "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those of `c`, a `SharedEmbeddingNet` on `base`'s features when there is one."
-    _check_base_options(ck, out, base is not None, {k: getattr(c, k) for k in BASE_OPTIONS})
+    _check_base_options(ck, out, base is not None, c.base_options())
     if ck is not None:
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
         for k in ('low', 'high'):
@@ -335,6 +335,10 @@ class TrainConfig:
             if getattr(self, k) is not None: put(k, as_int(getattr(self, k), k, lo))
         put('lr', as_float(self.lr, 'lr', 0)); put('margin', as_float(self.margin, 'margin', 0))
         if self.fusion is not None and self.fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}.")
+
+    def base_options(self) -> dict:
+        "The options that go with a base model or against one (`BASE_OPTIONS`), as `_check_base_options` reads them."
+        return {k: getattr(self, k) for k in BASE_OPTIONS}
 
 # %% ../nbs/04a_training.ipynb #e5d9a949
 def _train_config(config, options: dict) -> TrainConfig:
