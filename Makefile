@@ -64,7 +64,7 @@ docs: install
 	$(BIN)/python tools/build_docs.py
 
 demo: install
-	$(BIN)/brefine demo
+	$(BIN)/brefine demo --force
 
 bench: install
 	$(BIN)/python bench/speed.py

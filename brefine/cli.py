@@ -15,12 +15,12 @@ from .core import as_float, as_int, atomic_write, to_numpy, default_device, _nor
 from .band import TRAIN_RADIUS
 from .shared_backbone import BaseModelNeeded, reads_base
 from .embedder_io import load_embedder
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, TrainConfig, _CheckedByAll, _processes, _share, _total
+from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, TrainConfig, _resumed_config, _CheckedByAll, _processes, _share, _total
 from .prototypes import EmbedderMismatch, Prototypes
 from .refine import RefineSettings
 from .calibration import OBJECTIVES
 from .refiner import Refiner
-from .evaluation import evaluate as _evaluate
+from .evaluation import FIGURES, evaluate as _evaluate
 from .demo import run_demo
 from .files import IMG_EXTS, RefineItems, _palette, _read_labels, _score_file, _write_png, _check_maps, _checked_labels, _ground_truth
 
@@ -29,11 +29,19 @@ __all__ = ['COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'refine', 'evaluate
 
 # %% ../nbs/08_cli.ipynb #8118edeb
 def _codes(data: Path, codes, n_classes):
-    "The class names: the lines of the file `codes`, else of DATA/codes.txt, else `0..n_classes-1`."
-    if codes: return [l.strip() for l in Path(codes).read_text().splitlines() if l.strip()]
-    if (data/'codes.txt').exists(): return [l.strip() for l in (data/'codes.txt').read_text().splitlines() if l.strip()]
-    if n_classes: return [str(i) for i in range(n_classes)]
-    raise ValueError(f"No class list: pass --codes FILE (one name per line), --n_classes N, or put codes.txt in {data}.")
+    "The class names: the lines of the file `codes`, else of DATA/codes.txt, else `0..n_classes-1`; refused when none, repeated, or not `n_classes`."
+    src = Path(codes) if codes else data/'codes.txt' if (data/'codes.txt').exists() else None
+    if src is None:
+        if n_classes is None: raise ValueError(f"No class list: pass --codes FILE (one name per line), --n_classes N, or put codes.txt in {data}.")
+        return [str(i) for i in range(as_int(n_classes, '--n_classes', 1))]
+    try: names = [l.strip() for l in src.read_text().splitlines() if l.strip()]
+    except UnicodeDecodeError: raise ValueError(f"codes file {src} is not text: write one class name per line.") from None
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if not names or twice is not None:
+        raise ValueError(f"codes file {src} " + (f"names {twice!r} twice" if names else "holds no class names") + ": write one class name per line, each once.")
+    if n_classes is not None and as_int(n_classes, '--n_classes', 1) != len(names):
+        raise ValueError(f"--n_classes {n_classes}, but the codes file {src} names {len(names)} classes: drop --n_classes, or fix the file.")
+    return names
 
 # %% ../nbs/08_cli.ipynb #80d030c5
 def _file_key(p) -> list:
@@ -43,11 +51,11 @@ def _file_key(p) -> list:
     return keys
 
 # %% ../nbs/08_cli.ipynb #88a59369
-def _check_out(out: Path, force: bool, inputs=()):
-    "Refuse to write `out` when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
+def _check_out(out: Path, force: bool, inputs=(), flag: str = '--out'):
+    "Refuse to write `out` (given as `flag`) when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
     ins = {k: p for p in inputs if p for k in _file_key(p)}
     hit = next((ins[k] for k in _file_key(out) if k in ins), None)
-    if hit is not None: raise ValueError(f"--out {out} is the input {hit}: brefine never overwrites its inputs, even with --force. "
+    if hit is not None: raise ValueError(f"{flag} {out} is the input {hit}: brefine never overwrites its inputs, even with --force. "
                                          "Write to another file.")
     if out.exists() and not force: raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
 
@@ -66,6 +74,20 @@ def _checked(cls, given: dict, build: bool = True, **context):
         except (ValueError, TypeError) as e: raise type(e)(re.sub(rf'^{k}\b', f'--{k}', str(e)) if str(e).startswith(k) else f'--{k}: {e}') from None
     return cls(**given) if build else given
 
+# %% ../nbs/08_cli.ipynb #e4d9a82b
+def _data_files(data: Path) -> list:
+    "The files in the data folder `data` and its sub-folders (images, masks, codes.txt): what training and prototypes read."
+    if not data.is_dir(): return []
+    return [f for d in (data, *(p for p in data.iterdir() if p.is_dir())) for f in d.iterdir() if f.is_file()]
+
+# %% ../nbs/08_cli.ipynb #eba18c67
+def _train_outcome(data, out, learner=None) -> str:
+    "What `brefine train` says at the end of a run: the file written, or how far it got and the command that continues it."
+    ck = load_checkpoint(out)
+    if ck['epoch'] >= ck['n_epochs']: return f"wrote {out}"
+    return (f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train {data} --out {out} --resume"
+            + (f" --learner {learner}`" if learner else '`') + " (it restores every option)")
+
 # %% ../nbs/08_cli.ipynb #4b89585b
 def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
           out: str = 'embedder.pt',   # checkpoint to write (updated after every epoch)
@@ -74,17 +96,17 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           void: int = None,           # label value of void pixels (CamVid: 11)
           backbone: str = None,       # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model (default: mobilenet_v2); not with --learner
           emb_dim: int = None,        # embedding size (default: `refine_learner`'s)
-          epochs: int = 10,           # epochs of one-cycle training
-          lr: float = 2e-3,           # maximum learning rate
-          bs: int = 8,                # batch size (per process under DDP)
+          epochs: int = None,         # epochs of one-cycle training (default: 10)
+          lr: float = None,           # maximum learning rate (default: 0.002)
+          bs: int = None,             # batch size, per process under DDP (default: 8)
           size: int = None,           # resize every image to size x size (squish) before augmentation; default: full images (of mixed sizes, the most common one)
-          radius: int = TRAIN_RADIUS,            # band radius
-          margin: float = 0.5,        # triplet margin
+          radius: int = None,         # band radius (default: 3)
+          margin: float = None,       # triplet margin (default: 0.5)
           pretrained: bool = False,   # start from ImageNet weights (torchvision weights API)
           init_from: str = None,      # weights file (.pth state dict, or fastai's learn.save) of your model with the same backbone, to start from
-          workers: int = 0,           # DataLoader worker processes
-          seed: int = 0,              # random seed (process k of a multi-process run: seed + k)
-          resume: bool = False,       # continue from the checkpoint at OUT (same schedule, optimiser and random states)
+          workers: int = None,        # DataLoader worker processes (default: 0)
+          seed: int = None,           # random seed, process k of a multi-process run: seed + k (default: 0)
+          resume: bool = False,       # continue the run in the checkpoint at OUT with all its options (those given again must be the same; --workers and --stop_after may change)
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
           bf16: bool = False,         # bfloat16 mixed precision: about 2x faster on CPUs with native bfloat16 (AVX512-BF16, AMX), slower on others
           learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features, on images normalised as the Learner does (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
@@ -98,23 +120,21 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(void=(void, 0))
-    config = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, workers=workers, seed=seed,
-                                        stop_after=stop_after, bf16=bf16, backbone=backbone, emb_dim=emb_dim, pretrained=pretrained,
-                                        init_from=init_from, train_blocks=train_blocks, fusion=fusion, feature_views=feature_views,
-                                        low=low, high=high))
+    given = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, workers=workers, seed=seed,
+                                       stop_after=stop_after, bf16=bf16 or None, backbone=backbone, emb_dim=emb_dim,
+                                       pretrained=pretrained or None, init_from=init_from, train_blocks=train_blocks, fusion=fusion,
+                                       feature_views=feature_views, low=low, high=high), build=False)   # only those given: resume checks them
     if resume:
         if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
         ck = load_checkpoint(out)
+        _resumed_config(ck, out, given, lambda k: '--' + k)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
-    else: ck = None; _check_out(out, force, [init_from, learner])
-    _check_base_options(ck, out, learner is not None, config.base_options(), '--learner FILE', lambda k: '--' + k)
+    else: ck = None; _check_out(out, force, [init_from, learner, codes, data/'codes.txt', *_data_files(data)])
+    _check_base_options(ck, out, learner is not None, TrainConfig(**given).base_options(), '--learner FILE', lambda k: '--' + k)
+    names = _codes(data, codes, n_classes) if not resume or codes or n_classes is not None else None   # on resume: the run's own
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
-    train_embedder(data, out, None if resume else _codes(data, codes, n_classes), void=void, config=config, base=base, resume=resume)
-    if rank_distrib() == 0:
-        ck = load_checkpoint(out)
-        if ck['epoch'] < ck['n_epochs']:
-            print(f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train {data} --out {out} --resume`")
-        else: print(f"wrote {out}")
+    train_embedder(data, out, names, void=void, base=base, resume=resume, **given)
+    if rank_distrib() == 0: print(_train_outcome(data, out, learner))
     return out
 
 # %% ../nbs/08_cli.ipynb #2b2c8b42
@@ -128,7 +148,7 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
-    out = Path(out); _check_out(out, force, [checkpoint, learner])
+    out = Path(out); _check_out(out, force, [checkpoint, learner, *_data_files(Path(data))])
     _check_base_options(load_checkpoint(checkpoint), checkpoint, learner is not None, {}, '--learner FILE')
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
     pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
@@ -341,7 +361,8 @@ def evaluate(preds: str,              # folder of predicted label PNGs
              void: int = None,        # void label in the ground truth
              base: str = None,        # optional folder of base predictions to compare against
              tolerance: float = 3,    # boundary F tolerance (pixels)
-             plots: str = None):      # write the figures into this folder (not one of the label folders)
+             plots: str = None,       # write the figures into this folder (not one of the label folders): boundary_f1.png, trimap.png, errors.png
+             force: bool = False):    # replace figures of those names in PLOTS
     "Score predictions against ground truth: mIoU, boundary IoU, boundary F, trimap IoU."
     if n_classes is None: raise ValueError("Pass --n_classes N: the number of classes in the label maps.")
     n_classes, tolerance = as_int(n_classes, '--n_classes', 1), as_float(tolerance, '--tolerance', 0)
@@ -351,6 +372,8 @@ def evaluate(preds: str,              # folder of predicted label PNGs
         if not p.is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
     if plots and Path(plots).resolve() in {p.resolve() for p in dirs.values()}:
         raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a folder of their own.")
+    for name in FIGURES if plots else ():
+        _check_out(Path(plots)/f'{name}.png', force, [*dirs.values()], '--plots')
     names = sorted(f.name for f in dirs['preds'].iterdir() if f.suffix.lower() == '.png')
     if not names: raise ValueError(f"No PNG predictions in {dirs['preds']}.")
     for k in [k for k in dirs if k != 'preds']:
@@ -404,11 +427,20 @@ def calibrate(images: str,               # folder of validation images (or one i
 
 
 # %% ../nbs/08_cli.ipynb #f55fcb5c
-def demo(out: str = 'demo_out',       # folder for the figure, data and bundle
-         quick: bool = False):        # a smaller, faster run
+def demo(out: str = 'demo_out',       # folder for the figure, data and bundle: new, empty, or an earlier demo's (with --force)
+         quick: bool = False,         # a smaller, faster run
+         force: bool = False):        # replace an earlier demo in OUT (a folder of yours is never written into)
     "The end-to-end job on synthetic scenes: base model, brefine, before/after table and figure."
     kw = dict(n_train=16, n_valid=4, n_test=6, base_epochs=3, emb_epochs=2) if quick else {}
-    return run_demo(out, **kw)
+    return run_demo(out, force=force, **kw)
+
+# %% ../nbs/08_cli.ipynb #3281d1ce
+def _user_message(e: BaseException) -> str:
+    "The message of the error `e`, without the traceback that a DataLoader worker process puts in front of it."
+    lines, head = str(e).splitlines(), type(e).__name__ + ': '
+    if not any(l.startswith('Original Traceback') for l in lines): return str(e)
+    start = max((i for i, l in enumerate(lines) if l.startswith(head)), default=len(lines) - 1)
+    return '\n'.join(lines[start:]).removeprefix(head)
 
 # %% ../nbs/08_cli.ipynb #ffbe6b71
 COMMANDS = dict(train=train, prototypes=prototypes, calibrate=calibrate, refine=refine, evaluate=evaluate, demo=demo)
@@ -431,7 +463,7 @@ def main(argv=None) -> int:
     except USER_ERRORS as e:
         by = getattr(e, '_brefine_refused_by', None)             # (rank, processes) of a refusal that every process raises
         if by is None or rank_distrib() == 0:                    # said once, by the first process
-            print(f"brefine {cmd}: error{f' (process {by[0]} of {by[1]})' if by and by[0] else ''}: {e}", file=sys.stderr)
+            print(f"brefine {cmd}: error{f' (process {by[0]} of {by[1]})' if by and by[0] else ''}: {_user_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"brefine {cmd}: interrupted", file=sys.stderr); return 130

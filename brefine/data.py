@@ -345,11 +345,13 @@ def _common_size(sizes) -> tuple:
 
 # %% ../nbs/02_data.ipynb #1f353838
 def _check_pairs(fnames, label_func) -> list:
-    "The size (width, height) of each image of `fnames`, once every one is a readable image with a mask of its size."
-    missing, wrong, bad, sizes = [], [], [], []
+    "The size (width, height) of each image of `fnames`, once every one is a readable image with a mask of its own, of its size."
+    missing, wrong, bad, sizes, owner, shared = [], [], [], [], {}, []
     for f in fnames:
         m = Path(label_func(f))
         if not m.is_file(): missing.append(f'{f} -> {m}'); continue
+        first = owner.setdefault(m.resolve(), f)
+        if first != f: shared.append(f'{first} and {f} -> {m}')
         (a, why_a), (b, why_b) = _header(Path(f), 'image'), _header(m, 'mask')
         bad += [o for o in (why_a, why_b) if o]; sizes.append(a)
         if a and b and a != b: wrong.append(f'{f} {a} vs {m} {b}')
@@ -357,6 +359,9 @@ def _check_pairs(fnames, label_func) -> list:
         raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. " + '; '.join(missing[:3]) +
                                 ". Add the masks (of the same names; for a JPEG image, its name with .png), remove those images, or fix "
                                 "the mask folder/label function.")
+    if shared:
+        raise ValueError(f"{len(shared)} masks would each label two images, e.g. " + '; '.join(shared[:3]) + ". Every image needs "
+                         "its own mask: rename or remove one image of each pair (a.jpg and a.png share the mask a.png).")
     if bad:
         raise ValueError(f"{len(bad)} {'file' if len(bad) == 1 else 'files'} cannot be used: " + '; '.join(bad[:3]) +
                          ('; ...' if len(bad) > 3 else '') + ". Replace each with a readable 8-bit image, or a mask of class "
@@ -365,6 +370,20 @@ def _check_pairs(fnames, label_func) -> list:
         raise ValueError(f"{len(wrong)} masks differ in size (width, height) from their images, e.g. " + '; '.join(wrong[:3]) +
                          ". Every mask must have the size of its image.")
     return sizes
+
+# %% ../nbs/02_data.ipynb #ced2fbb0
+def _check_mask_labels(masks, codes: list, ignore_index=None):
+    "Refuse empty `codes`, and a mask of `masks` holding a label that is neither a class (0..len(codes)-1) nor `ignore_index`, naming it."
+    if not len(codes): raise ValueError("codes is empty: pass the class names, one per class (brefine train: --codes FILE or --n_classes N).")
+    n = len(codes)
+    for m in masks:
+        a = np.asarray(_open_mask(m))
+        bad = np.unique(a[(a >= n) & (a != (-1 if ignore_index is None else ignore_index))])
+        if bad.size == 0: continue
+        fix = (f"if {int(bad[0])} marks unlabelled pixels, pass it as the void label (ignore_index={int(bad[0])}, or "
+               f"brefine train --void {int(bad[0])}); else add the missing class names" if ignore_index is None else
+               f"the void label is {ignore_index}: fix the masks, or add the missing class names")
+        raise ValueError(f"mask {m} holds label {int(bad[0])}, but there are {n} classes (0..{n - 1}): {fix}.")
 
 # %% ../nbs/02_data.ipynb #48408c4e
 def _items_size(size, sizes, train_sizes):
@@ -401,6 +420,7 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
         if not fs: raise FileNotFoundError(f"no images in {path/d}: {layout}.")
     get_y = _MaskPath(mask_suffix)
     sizes = _check_pairs(files[train] + files[valid], get_y)
+    _check_mask_labels([get_y(f) for f in files[train] + files[valid]], codes, ignore_index)
     size = _items_size(size, sizes, sizes[:len(files[train])])
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y, splitter=FuncSplitter(_InFolder(valid)), **dkw)
@@ -415,6 +435,7 @@ def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: fl
     absent = [f for f in fnames if not f.is_file()]
     if absent: raise FileNotFoundError(f"{len(absent)} image files not found, e.g. {absent[0]}.")
     sizes = _check_pairs(fnames, label_func)
+    _check_mask_labels([label_func(f) for f in fnames], codes, ignore_index)
     size = _items_size(size, sizes, sizes)
     dkw, lkw = _split_kwargs(kw)
     dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func, splitter=RandomSplitter(valid_pct, seed), **dkw)

@@ -22,7 +22,7 @@ from .metrics import mean_iou, boundary_f1
 from .refiner import Refiner
 
 # %% auto #0
-__all__ = ['CoarseSegmenter', 'MaskLoss', 'run_demo']
+__all__ = ['DEMO_MARK', 'CoarseSegmenter', 'MaskLoss', 'run_demo']
 
 # %% ../nbs/07_demo.ipynb #08f7124b
 class CoarseSegmenter(nn.Module):
@@ -57,16 +57,30 @@ def _table(rows):
     lines = [f"{'':{w}}  {'mIoU':>7}  {'bF@3px':>7}"] + [f"{n:{w}}  {a*100:7.1f}  {b*100:7.1f}" for n, a, b in rows]
     return '\n'.join(lines)
 
+# %% ../nbs/07_demo.ipynb #934c067c
+DEMO_MARK = '.brefine-demo'   # the file that marks a folder `run_demo` wrote
+
+def _check_demo_folder(out: Path, force: bool):
+    "Refuse `out` when it holds files and is not a folder `run_demo` wrote (even with `force`), or is one, without `force`."
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())): return
+    if not out.is_dir(): raise NotADirectoryError(f"out {out} is a file: pass a new or empty folder for the demo.")
+    if not (out/DEMO_MARK).is_file():
+        raise FileExistsError(f"out {out} is a folder of yours, not one the demo wrote: the demo would write data/, demo.png and "
+                              "refiner/ into it. Pass a new or empty folder.")
+    if not force: raise FileExistsError(f"out {out} holds an earlier demo: pass force=True (brefine demo --force) to replace it.")
+
 # %% ../nbs/07_demo.ipynb #babbe4b5
 def run_demo(out='demo_out',               # folder for the figure, the data set and the Refiner bundle
              n_train: int = 64, n_valid: int = 16, n_test: int = 32,
              size=(96, 128),               # scene size (H, W)
              base_epochs: int = 20, emb_epochs: int = 15,
              backbone: str = 'resnet18', emb_dim: int = 32,
-             seed: int = 0, verbose: bool = True) -> dict:
+             seed: int = 0, verbose: bool = True,
+             force: bool = False) -> dict:          # replace an earlier demo in `out`
     "Train a coarse base model and brefine on synthetic scenes; refine held-out predictions; report and plot."
     from fastai.torch_core import set_seed
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out); _check_demo_folder(out, force); out.mkdir(parents=True, exist_ok=True)
+    with atomic_write(out/DEMO_MARK, 'w') as f: f.write('a folder written by brefine demo\n')
     say = print if verbose else (lambda *a, **k: None)
     t0 = time.time(); set_seed(seed, reproducible=True)
     data = make_synthetic_folder(out/'data', n_train=n_train, n_valid=n_valid, seed=seed, size=size)

@@ -10,7 +10,7 @@ from .core import as_int, as_float
 from .metrics import _as_maps, _classes, _iou, _mean, _scored, _stats
 
 # %% auto #0
-__all__ = ['Evaluation', 'evaluate']
+__all__ = ['Evaluation', 'FIGURES', 'evaluate']
 
 # %% ../nbs/06c_evaluation.ipynb #b73ae3d2
 Evaluation = namedtuple('Evaluation', 'table per_class figures')
@@ -82,6 +82,9 @@ def _plot_errors(gt, base, refined, n, ignore_index, idx):
     fig.suptitle(f'image {idx}{key} grey: void', fontsize=9); fig.tight_layout()
     return fig
 
+# %% ../nbs/06c_evaluation.ipynb #a2242633
+FIGURES = ('boundary_f1', 'trimap', 'errors')   # the figures of `evaluate(..., plot=True)`, by name
+
 # %% ../nbs/06c_evaluation.ipynb #06e72707
 def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index: int | None = None, class_names=None,
              tolerance: float = 3, trimap_widths=(1, 2, 3, 5, 8, 12), plot: bool = True, dilation_ratio: float = 0.02,
@@ -124,8 +127,6 @@ def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index
             score = [np.count_nonzero((B[i] != R[i]) & v(G[i])) if R is not None else np.count_nonzero((B[i] != G[i]) & v(G[i]))
                      for i in range(len(G))]
             show_index = int(np.argmax(score))
-        figs['boundary_f1'] = _plot_bf(names, res)
-        figs['trimap'] = _plot_trimap(widths, res)
-        figs['errors'] = _plot_errors(G[show_index], B[show_index], None if R is None else R[show_index],
-                                      n_classes, ignore_index, show_index)
+        figs = dict(zip(FIGURES, (_plot_bf(names, res), _plot_trimap(widths, res), _plot_errors(
+            G[show_index], B[show_index], None if R is None else R[show_index], n_classes, ignore_index, show_index))))
     return Evaluation(_frame(table), _frame(pc), figs)

@@ -47,8 +47,10 @@ def read_image(f) -> np.ndarray:
 
 # %% ../nbs/07a_files.ipynb #edb6dbd1
 def _score_file(scores: Path, image: Path):
-    "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None."
-    return next((c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()), None)
+    "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None; refused when both are there."
+    found = [c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()]
+    if len(found) > 1: raise ValueError(f"{image.name} has two score files, {found[0]} and {found[1]}: keep one, and remove or move the other.")
+    return found[0] if found else None
 
 # %% ../nbs/07a_files.ipynb #f588f8e2
 def _load_npy(f: Path) -> np.ndarray:

@@ -11,7 +11,7 @@ import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, replace, asdict, fields
 from functools import partial
 from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats, as_float, as_int, _replaced
 from .band import TRAIN_RADIUS
@@ -22,8 +22,9 @@ from .learner import refine_learner
 from .prototypes import extract_prototypes
 
 # %% auto #0
-__all__ = ['BASE_OPTIONS', 'plain_tree', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint', 'resume_learner',
-           'CheckpointCallback', 'StopAfter', 'TrainConfig', 'train_embedder', 'prototypes_from_checkpoint']
+__all__ = ['BASE_OPTIONS', 'RESUME_FREE', 'plain_tree', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint',
+           'resume_learner', 'CheckpointCallback', 'StopAfter', 'TrainConfig', 'train_embedder',
+           'prototypes_from_checkpoint']
 
 # %% ../nbs/04a_training.ipynb #e16d79e5
 def plain_tree(o):
@@ -345,6 +346,38 @@ def _train_config(config, options: dict) -> TrainConfig:
     "`config` (a `TrainConfig`, or None for the defaults) with the single `options` given by name applied."
     return _replaced(TrainConfig, config, options, 'config', 'training option', 'epochs=20')
 
+# %% ../nbs/04a_training.ipynb #c5186b7d
+RESUME_FREE = ('workers', 'stop_after')   # training options a resumed run may change: how it runs, not what it trains
+
+def _given_options(config, options: dict) -> dict:
+    "The training options given: the fields of `config` (a `TrainConfig`, or None) that are not defaults, and `options` by name."
+    own = {f.name: getattr(config, f.name) for f in fields(TrainConfig) if config is not None and getattr(config, f.name) != f.default}
+    return {**own, **options}
+
+# %% ../nbs/04a_training.ipynb #2687f36b
+def _resumed_config(ck, out, given: dict, flag=lambda k: k) -> TrainConfig:
+    "The `TrainConfig` the run in checkpoint `ck` (at `out`) started with, and the `RESUME_FREE` options `given`; refused when another option `given` differs (`flag` spells it as the caller does)."
+    m = ck['meta']
+    kept = dict(m.get('config') or {}, radius=m['radius'], epochs=ck['n_epochs'], bf16=m.get('bf16', False), feature_views=m.get('feature_views'))
+    for k, v in given.items():
+        if k in RESUME_FREE or k not in kept or kept[k] == v: continue
+        raise ValueError(f"{flag(k)}={v!r}, but the run in {out} trains with {k}={kept[k]!r}: drop {flag(k)}, since resuming restores every "
+                         "option the run started with, or start a new run in another file.")
+    try: return TrainConfig(**{**given, **kept, **{k: given[k] for k in RESUME_FREE if k in given}})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{out} holds training options brefine cannot use ({e}): resume it with the brefine that wrote it.") from None
+
+# %% ../nbs/04a_training.ipynb #e2391c12
+def _resumed_data(ck, out, codes, void) -> tuple:
+    "(classes, void label) of the run in checkpoint `ck` (at `out`); `codes` and `void` given must be the same (None: not given)."
+    m = ck['meta']
+    if codes is not None and list(codes) != list(m['codes']):
+        raise ValueError(f"the classes given ({list(codes)!r:.100}) are not those the run in {out} trains on ({m['codes']!r:.100}): "
+                         "give none to resume it.")
+    if void is not None and void != m['void']:
+        raise ValueError(f"the void label given ({void!r}) is not the one the run in {out} trains with ({m['void']!r}): give none to resume it.")
+    return m['codes'], m['void']
+
 # %% ../nbs/04a_training.ipynb #1433c6aa
 def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
                    out,                         # checkpoint to write after every epoch
@@ -352,22 +385,22 @@ def train_embedder(data,                        # folder with train/ trainannot/
                    void: int = None,            # label value of void pixels
                    config: TrainConfig = None,  # how to train (None: `TrainConfig()`)
                    base = None,                 # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
-                   resume: bool = False,        # continue the run in the checkpoint at `out` (its classes, data settings, embedder, schedule)
+                   resume: bool = False,        # continue the run in the checkpoint at `out` with every option it started with
                    **options) -> Path:          # single `TrainConfig` options by name, replacing `config`'s (`epochs=20`)
     "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
-    c, ck = _train_config(config, options), load_checkpoint(out) if resume else None
+    c, ck = _train_config(config, options), load_checkpoint(out) if resume else None   # the options checked first
     if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
+    if ck is not None: c, codes, void = _resumed_config(ck, out, _given_options(config, options)), *_resumed_data(ck, out, codes, void)
     net = _net_kwargs(ck, out, base, c)                               # every option checked before the data are read
     stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
-    if ck: codes, void, c = ck['meta']['codes'], ck['meta']['void'], replace(c, radius=ck['meta']['radius'], epochs=ck['n_epochs'],
-                                                                           bf16=ck['meta'].get('bf16', False), feature_views=ck['meta'].get('feature_views'))
     set_seed(c.seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
     dls = dls_from_folders(data, codes, ignore_index=void, radius=c.radius, bs=c.bs, size=c.size, num_workers=c.workers, stats=stats)
     learn = refine_learner(dls, margin=c.margin, ignore_index=void, bf16=c.bf16, feature_views=c.feature_views, **net)
     mean, std = _norm_stats(dls.train)
-    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=c.radius, mean=mean, std=std, seed=c.seed, bf16=c.bf16, feature_views=c.feature_views)
+    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=c.radius, mean=mean, std=std, seed=c.seed, bf16=c.bf16,
+                                      feature_views=c.feature_views, config={k: v for k, v in asdict(c).items() if k not in RESUME_FREE})
     start = resume_learner(learn, ck) if ck else 0
     if ck: _say(f"resuming from epoch {start} of {c.epochs}")
     _fit_one_cycle(learn, c.epochs, c.lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(c.stop_after)] if c.stop_after else []))
