@@ -116,8 +116,8 @@ def _factory(spec: str):
         if not hasattr(obj, part): raise ValueError(f"--model {spec}: {'.'.join([mod, *attr.split('.')[:i]])} has no {part!r}. "
                                                     f"Name a function defined in {mod} that returns your model.")
         obj = getattr(obj, part)
-    if not callable(obj): raise ValueError(f"--model {spec}: {attr} is a {type(obj).__name__}, not a function: name one that takes no "
-                                           "arguments and returns your model.")
+    if not callable(obj): raise ValueError(f"--model {spec}: {attr} is of type {type(obj).__name__}, not a function: name one that "
+                                           "takes no arguments and returns your model.")
     return obj
 
 
@@ -133,7 +133,7 @@ def _built_model(spec: str) -> torch.nn.Module:
                               "function that takes no arguments and builds your model with them.")
     model = factory()
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"--model {spec} returned a {type(model).__name__}, not a torch.nn.Module: FACTORY must return your segmentation "
+        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a torch.nn.Module: FACTORY must return your segmentation "
                          "model (of a fastai Learner, learn.model).")
     return model
 
@@ -153,7 +153,7 @@ def _read_weights(fname) -> dict:
     for k in ('model', 'state_dict'):
         if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
     if isinstance(sd, dict) and sd and all(isinstance(k, str) and torch.is_tensor(v) for k, v in sd.items()): return sd
-    raise ValueError(f"--weights {p} holds a {type(sd).__name__} that is not a state dict (names of weights to tensors). {fix}")
+    raise ValueError(f"--weights {p} holds an object of type {type(sd).__name__}, not a state dict (names of weights to tensors). {fix}")
 
 
 # %% ../nbs/08_cli.ipynb #57f41a6b
