@@ -108,7 +108,8 @@ def _factory(spec: str):
     if not {'', os.getcwd()} & set(sys.path): sys.path.insert(0, os.getcwd())    # the current folder, as uvicorn and gunicorn do
     try: obj = importlib.import_module(mod)
     except ModuleNotFoundError as e:
-        if e.name is None or not (mod + '.').startswith(e.name + '.'): raise ValueError(f"--model {spec}: importing {mod} failed: {e}. Install what it imports.") from None
+        if e.name is None or not (mod + '.').startswith(e.name + '.'):            # a module that it imports is missing
+            raise ValueError(f"--model {spec}: importing {mod} failed: {e}. Install what it imports.") from None
         raise ValueError(f"--model {spec}: no module {mod} on the Python path: run brefine from the folder that holds it, "
                          "add that folder to PYTHONPATH, or install its package.") from None
     except Exception as e: raise ValueError(f"--model {spec}: importing {mod} raised {type(e).__name__}: {e}. Fix that module.") from None
@@ -129,12 +130,12 @@ def _built_model(spec: str) -> torch.nn.Module:
     try: params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError): params = []                           # no signature (some builtins): just call it
     need = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if need: raise ValueError(f"--model {spec}: {spec.partition(':')[2]} needs the arguments {', '.join(need)}, but FACTORY is called with none. Name a "
-                              "function that takes no arguments and builds your model with them.")
+    if need: raise ValueError(f"--model {spec}: {spec.partition(':')[2]} needs the arguments {', '.join(need)}, but FACTORY is called "
+                              "with none. Name a function that takes no arguments and builds your model with them.")
     model = factory()
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a torch.nn.Module: FACTORY must return your segmentation "
-                         "model (of a fastai Learner, learn.model).")
+        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a torch.nn.Module: FACTORY must "
+                         "return your segmentation model (of a fastai Learner, learn.model).")
     return model
 
 
@@ -168,7 +169,8 @@ def _load_weights(model, state: dict, spec: str, fname):
         raise ValueError(f"--weights {fname} does not fit the model of --model {spec}: "
                          + ', '.join(some('weights of the model missing', missing) + some('names the model lacks', extra)
                                      + some('of other shapes', shapes))
-                         + ". Pass the state dict saved from this model (torch.save(model.state_dict(), FILE)), or the --model that builds the model of these weights.")
+                         + ". Pass the state dict saved from this model (torch.save(model.state_dict(), FILE)), or the --model "
+                           "that builds the model of these weights.")
     model.load_state_dict(state)
 
 
@@ -199,9 +201,13 @@ class _BaseModelOptions:
             raise FileNotFoundError(f"--weights {self.weights} not found: pass the file of your model's state dict.")
     def __bool__(self): return self.learner is not None or self.model is not None
     @property
-    def flag(self) -> str: return '--learner FILE' if self.learner is not None else '--model MODULE:FACTORY' if self.model is not None else _MODEL_FLAGS
+    def flag(self) -> str:
+        "How messages name the option: the one given, else both."
+        return '--learner FILE' if self.learner is not None else '--model MODULE:FACTORY' if self.model is not None else _MODEL_FLAGS
     @property
-    def files(self) -> list: return [Path(f) for f in (self.learner, self.weights) if f is not None]
+    def files(self) -> list:
+        "The files given, which no output may replace."
+        return [Path(f) for f in (self.learner, self.weights) if f is not None]
     def load(self):
         "The --learner's Learner (its model in eval mode), the model that --model builds, or None. Either can run code: call it last."
         if self.learner is not None: return _load_learner(self.learner)
