@@ -4,15 +4,15 @@
 
 # %% ../nbs/08_cli.ipynb #4db3fe85
 from __future__ import annotations
-import re, sys, contextlib
+import os, re, sys, pickle, contextlib
+from dataclasses import dataclass
 from pathlib import Path
 import torch
 from fastcore.basics import ifnone
 from fastcore.script import anno_parser
 from fastprogress.fastprogress import progress_bar
 from fastai.torch_core import rank_distrib
-from .core import as_float, as_int, atomic_write, to_numpy, default_device, _norm_stats, _same_stats
-from .band import TRAIN_RADIUS
+from .core import as_float, as_int, atomic_write, to_numpy, default_device, _model_of, _norm_stats, _same_stats
 from .shared_backbone import BaseModelNeeded, reads_base
 from .embedder_io import load_embedder
 from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, TrainConfig, _resumed_config, _CheckedByAll, _processes, _share, _total
@@ -81,12 +81,164 @@ def _data_files(data: Path) -> list:
     return [f for d in (data, *(p for p in data.iterdir() if p.is_dir())) for f in d.iterdir() if f.is_file()]
 
 # %% ../nbs/08_cli.ipynb #eba18c67
-def _train_outcome(data, out, learner=None) -> str:
-    "What `brefine train` says at the end of a run: the file written, or how far it got and the command that continues it."
+def _train_outcome(data, out, model_options: str = '') -> str:
+    "What `brefine train` says at the end of a run: the file written, or how far it got and the command that continues it (with `model_options`, `_BaseModelOptions.options`)."
     ck = load_checkpoint(out)
     if ck['epoch'] >= ck['n_epochs']: return f"wrote {out}"
     return (f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train {data} --out {out} --resume"
-            + (f" --learner {learner}`" if learner else '`') + " (it restores every option)")
+            f"{model_options}` (it restores every option)")
+
+# %% ../nbs/08_cli.ipynb #2435d989
+def _check_learner_file(fname):
+    "Refuse a --learner FILE that does not exist, before anything reads it."
+    if not Path(fname).is_file(): raise FileNotFoundError(f"Learner file not found: {fname}")
+
+# %% ../nbs/08_cli.ipynb #f29bed83
+def _load_learner(fname):
+    "The exported fastai Learner in `fname`, its model in eval mode. This unpickles the file, which can run code: only for trusted files."
+    from fastai.learner import load_learner
+    _check_learner_file(fname)
+    try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
+    except (FileNotFoundError, PermissionError): raise
+    except Exception as e:
+        raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass a file written by learn.export().") from None
+    if not isinstance(getattr(learn, 'model', None), torch.nn.Module):
+        raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
+    learn.model.eval()
+    return learn
+
+# %% ../nbs/08_cli.ipynb #546a48e0
+_MODEL_FLAGS = '--learner FILE or --model MODULE:FACTORY'       # how a message asks for your model
+
+def _model_spec(spec: str) -> tuple:
+    "The module and the attribute path named by the --model `spec` 'package.module:factory', or an error that shows the form."
+    mod, sep, attr = str(spec).partition(':')
+    names = lambda s: bool(s) and all(p.isidentifier() for p in s.split('.'))
+    if sep and names(mod) and names(attr): return mod, attr
+    file = Path(str(spec)).suffix.lower() in ('.pkl', '.pt', '.pth', '.bin', '.safetensors')
+    raise ValueError(f"--model {spec} is not MODULE:FACTORY: expected a Python import path, a colon and the name of a function "
+                     "in that module that takes no arguments and returns your model (e.g. my_models:segformer)."
+                     + (" A file goes to --learner (an exported fastai Learner) or --weights (a state dict)." if file else ''))
+
+
+# %% ../nbs/08_cli.ipynb #30c37cf0
+def _factory(spec: str):
+    "The callable that the --model `spec` names, its module imported (which runs the module's code), or an error that says what is missing."
+    import importlib
+    mod, attr = _model_spec(spec)
+    if not {'', os.getcwd()} & set(sys.path): sys.path.insert(0, os.getcwd())    # the current folder, as uvicorn and gunicorn do
+    try: obj = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (mod + '.').startswith(e.name + '.'):            # a module that it imports is missing
+            raise ValueError(f"--model {spec}: importing {mod} failed: {e}. Install what it imports.") from None
+        raise ValueError(f"--model {spec}: no module {mod} on the Python path: run brefine from the folder that holds it, "
+                         "add that folder to PYTHONPATH, or install its package.") from None
+    except Exception as e: raise ValueError(f"--model {spec}: importing {mod} raised {type(e).__name__}: {e}. Fix that module.") from None
+    for i, part in enumerate(attr.split('.')):
+        if not hasattr(obj, part): raise ValueError(f"--model {spec}: {'.'.join([mod, *attr.split('.')[:i]])} has no {part!r}. "
+                                                    f"Name a function defined in {mod} that returns your model.")
+        obj = getattr(obj, part)
+    if not callable(obj): raise ValueError(f"--model {spec}: {attr} is of type {type(obj).__name__}, not a function: name one that "
+                                           "takes no arguments and returns your model.")
+    return obj
+
+
+# %% ../nbs/08_cli.ipynb #8fc72068
+def _built_model(spec: str) -> torch.nn.Module:
+    "The model that the factory of the --model `spec` returns when called with no arguments, or an error that says what it needs or returned."
+    import inspect
+    factory = _factory(spec)
+    try: params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError): params = []                           # no signature (some builtins): just call it
+    need = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if need: raise ValueError(f"--model {spec}: {spec.partition(':')[2]} needs the arguments {', '.join(need)}, but FACTORY is called "
+                              "with none. Name a function that takes no arguments and builds your model with them.")
+    model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a torch.nn.Module: FACTORY must "
+                         "return your segmentation model (of a fastai Learner, learn.model).")
+    return model
+
+
+# %% ../nbs/08_cli.ipynb #513b4692
+def _read_weights(fname) -> dict:
+    "The state dict in the --weights file `fname`, read as data (`torch.load(weights_only=True)`): a plain one, or one under 'model' or 'state_dict'."
+    p, fix = Path(fname), "Save your model's weights with torch.save(model.state_dict(), FILE)."
+    if not p.is_file(): raise FileNotFoundError(f"--weights {p} not found: pass the file of your model's state dict.")
+    try: sd = torch.load(p, map_location='cpu', weights_only=True)
+    except PermissionError as e: raise PermissionError(f"--weights {p} cannot be read ({e.strerror}): check its permissions.") from None
+    except pickle.UnpicklingError as e:
+        if 'unsupported global' not in str(e).lower(): raise ValueError(f"--weights {p} is truncated or corrupt. {fix}") from None
+        raise ValueError(f"--weights {p} is not a state dict: it asks to build objects (a whole model saved with torch.save(model)?), "
+                         f"which brefine never unpickles, so nothing in it ran. {fix}") from None
+    except Exception as e: raise ValueError(f"--weights {p} is not a torch file ({type(e).__name__}). {fix}") from None
+    for k in ('model', 'state_dict'):
+        if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
+    if isinstance(sd, dict) and sd and all(isinstance(k, str) and torch.is_tensor(v) for k, v in sd.items()): return sd
+    raise ValueError(f"--weights {p} holds an object of type {type(sd).__name__}, not a state dict (names of weights to tensors). {fix}")
+
+
+# %% ../nbs/08_cli.ipynb #57f41a6b
+def _load_weights(model, state: dict, spec: str, fname):
+    "Load the state dict `state` of the --weights file `fname` into `model`, built by the --model `spec`: refused unless it holds the model's weights by name and shape."
+    own = model.state_dict()
+    missing, extra = [k for k in own if k not in state], [k for k in state if k not in own]
+    shapes = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model" for k in own
+              if k in state and state[k].shape != own[k].shape]
+    if missing or extra or shapes:
+        some = lambda what, ks: [f"{len(ks)} {what} (e.g. {ks[0]})"] if ks else []
+        raise ValueError(f"--weights {fname} does not fit the model of --model {spec}: "
+                         + ', '.join(some('weights of the model missing', missing) + some('names the model lacks', extra)
+                                     + some('of other shapes', shapes))
+                         + ". Pass the state dict saved from this model (torch.save(model.state_dict(), FILE)), or the --model "
+                           "that builds the model of these weights.")
+    model.load_state_dict(state)
+
+
+# %% ../nbs/08_cli.ipynb #77d1496c
+def _model_from_code(spec: str, weights=None) -> torch.nn.Module:
+    "The model that the --model `spec` builds, with the state dict of the --weights file `weights` loaded (read as data), in eval mode. Importing the module runs its code."
+    state = _read_weights(weights) if weights else None        # first: a file that is no state dict is refused before any code runs
+    model = _built_model(spec)
+    if state is not None: _load_weights(model, state, spec, weights)
+    return model.eval()
+
+
+# %% ../nbs/08_cli.ipynb #e49ee376
+@dataclass(frozen=True)
+class _BaseModelOptions:
+    "Your segmentation model as the command line gives it: `--learner FILE`, or `--model MODULE:FACTORY` with optional `--weights FILE`; neither: none. Checked when made, without loading anything."
+    learner: str|None = None
+    model: str|None = None
+    weights: str|None = None
+    def __post_init__(self):
+        if self.learner is not None and self.model is not None:
+            raise ValueError("Pass your model as --learner FILE or as --model MODULE:FACTORY, not both.")
+        if self.weights is not None and self.model is None:
+            raise ValueError(f"--weights {self.weights}: --weights goes with --model (a state dict of its model): pass --model "
+                             "MODULE:FACTORY too, or drop --weights (an exported Learner holds its own weights).")
+        if self.model is not None: _model_spec(self.model)
+        if self.weights is not None and not Path(self.weights).is_file():
+            raise FileNotFoundError(f"--weights {self.weights} not found: pass the file of your model's state dict.")
+    def __bool__(self): return self.learner is not None or self.model is not None
+    @property
+    def flag(self) -> str:
+        "How messages name the option: the one given, else both."
+        return '--learner FILE' if self.learner is not None else '--model MODULE:FACTORY' if self.model is not None else _MODEL_FLAGS
+    @property
+    def options(self) -> str:
+        "The options as the command line spells them (' --learner FILE', ' --model M --weights W' or ''): for a printed command."
+        given = dict(learner=self.learner, model=self.model, weights=self.weights)
+        return ''.join(f' --{k} {v}' for k, v in given.items() if v is not None)
+    @property
+    def files(self) -> list:
+        "The files given, which no output may replace."
+        return [Path(f) for f in (self.learner, self.weights) if f is not None]
+    def load(self):
+        "The --learner's Learner (its model in eval mode), the model that --model builds, or None. Either can run code: call it last."
+        if self.learner is not None: return _load_learner(self.learner)
+        return _model_from_code(self.model, self.weights) if self.model is not None else None
+
 
 # %% ../nbs/08_cli.ipynb #4b89585b
 def train(data: str,                  # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
@@ -94,7 +246,7 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           codes: str = None,          # file with one class name per line (default: DATA/codes.txt)
           n_classes: int = None,      # number of classes, when there is no codes file
           void: int = None,           # label value of void pixels (CamVid: 11)
-          backbone: str = None,       # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model (default: mobilenet_v2); not with --learner
+          backbone: str = None,       # resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model (default: mobilenet_v2); not with --learner or --model
           emb_dim: int = None,        # embedding size (default: `refine_learner`'s)
           epochs: int = None,         # epochs of one-cycle training (default: 10)
           lr: float = None,           # maximum learning rate (default: 0.002)
@@ -109,17 +261,19 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
           resume: bool = False,       # continue the run in the checkpoint at OUT with all its options (those given again must be the same; --workers and --stop_after may change)
           stop_after: int = None,     # stop cleanly after this many epochs of this run (continue later with --resume)
           bf16: bool = False,         # bfloat16 mixed precision: about 2x faster on CPUs with native bfloat16 (AVX512-BF16, AMX), slower on others
-          learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features, on images normalised as the Learner does (refine it then with --learner); loading it unpickles the file, which can run arbitrary code: use only files you trust
-          train_blocks: int = None,   # with --learner: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
+          learner: str = None,        # exported fastai Learner (learn.export) of your segmentation model: train an embedder on that model's own features, on images normalised as the Learner does (pass the same file to prototypes, calibrate and refine); loading it unpickles the file, which can run arbitrary code: use only files you trust
+          model: str = None,          # or your segmentation model as code, MODULE:FACTORY: a Python import path (found on PYTHONPATH or in the current folder) and a function in it that takes no arguments and returns the torch.nn.Module (e.g. my_models:segformer); importing the module runs its code. Train an embedder on that model's features, on images normalised with ImageNet's mean and std, which the checkpoint records (pass the same --model to prototypes, calibrate and refine)
+          weights: str = None,        # with --model: a state dict of that model (torch.save(model.state_dict(), FILE)), read as data (torch.load(weights_only=True)) and loaded into it; default: the weights FACTORY gives
+          train_blocks: int = None,   # with --learner or --model: copies of the model's last backbone blocks to train too (0: the head alone; default: `SharedEmbeddingNet`'s)
           fusion: str = None,         # how the head fuses its two features: concat (DeepLabV3+'s decoder, the default) or sum (lighter and faster)
-          feature_views: int = None,  # with --learner: train on the model's features of this many augmented passes over the training images, computed once: faster epochs, more memory (CamVid, 8 views: about 4 GB)
-          low: str = None,            # with --learner: the model's stride-4 layer, named as in model.named_modules() (e.g. encoder.layer1, or encoder[2] for an item of a layer's output); default: found automatically; brefine.feature_candidates(model) lists the names with channels and strides
-          high: str = None,           # with --learner: the model's deep layer, named as --low (e.g. encoder.layer4); default: found automatically
+          feature_views: int = None,  # with --learner or --model: train on the model's features of this many augmented passes over the training images, computed once: faster epochs, more memory (CamVid, 8 views: about 4 GB)
+          low: str = None,            # with --learner or --model: the model's stride-4 layer, named as in model.named_modules() (e.g. encoder.layer1, or encoder[2] for an item of a layer's output); default: found automatically; brefine.feature_candidates(model) lists the names with channels and strides
+          high: str = None,           # with --learner or --model: the model's deep layer, named as --low (e.g. encoder.layer4); default: found automatically
           force: bool = False):       # overwrite OUT when not resuming
-    "Train the embedder (with --learner, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
+    "Train the embedder (with --learner or --model, on your model's features) on an image/mask folder layout with the triplet loss; write a checkpoint every epoch."
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
-    _ints(void=(void, 0))
+    _ints(void=(void, 0)); base_opts = _BaseModelOptions(learner, model, weights)
     given = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, workers=workers, seed=seed,
                                        stop_after=stop_after, bf16=bf16 or None, backbone=backbone, emb_dim=emb_dim,
                                        pretrained=pretrained or None, init_from=init_from, train_blocks=train_blocks, fusion=fusion,
@@ -129,12 +283,12 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
         ck = load_checkpoint(out)
         _resumed_config(ck, out, given, lambda k: '--' + k)
         if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
-    else: ck = None; _check_out(out, force, [init_from, learner, codes, data/'codes.txt', *_data_files(data)])
-    _check_base_options(ck, out, learner is not None, TrainConfig(**given).base_options(), '--learner FILE', lambda k: '--' + k)
+    else: ck = None; _check_out(out, force, [init_from, *base_opts.files, codes, data/'codes.txt', *_data_files(data)])
+    _check_base_options(ck, out, bool(base_opts), TrainConfig(**given).base_options(), base_opts.flag, lambda k: '--' + k)
     names = _codes(data, codes, n_classes) if not resume or codes or n_classes is not None else None   # on resume: the run's own
-    base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
+    base = base_opts.load()                                           # last: every check that does not need it has passed
     train_embedder(data, out, names, void=void, base=base, resume=resume, **given)
-    if rank_distrib() == 0: print(_train_outcome(data, out, learner))
+    if rank_distrib() == 0: print(_train_outcome(data, out, base_opts.options))
     return out
 
 # %% ../nbs/08_cli.ipynb #2b2c8b42
@@ -145,28 +299,31 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                bs: int = 8,           # batch size
                workers: int = 0,      # DataLoader worker processes
                learner: str = None,   # for a checkpoint of an embedder on your model's features (`train --learner`): the same exported fastai Learner; loading it unpickles the file, which can run arbitrary code: use only files you trust
+               model: str = None,     # or, for a checkpoint of `train --model`: the same MODULE:FACTORY (importing the module runs its code); the images are normalised as the checkpoint records
+               weights: str = None,   # with --model: the same state dict file, read as data
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
-    out = Path(out); _check_out(out, force, [checkpoint, learner, *_data_files(Path(data))])
-    _check_base_options(load_checkpoint(checkpoint), checkpoint, learner is not None, {}, '--learner FILE')
-    base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
+    given = _BaseModelOptions(learner, model, weights)
+    out = Path(out); _check_out(out, force, [checkpoint, *given.files, *_data_files(Path(data))])
+    _check_base_options(load_checkpoint(checkpoint), checkpoint, bool(given), {}, given.flag)
+    base = given.load()                                               # last: every check that does not need it has passed
     pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
     if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
     return out
 
 # %% ../nbs/08_cli.ipynb #2596c95c
-def _refine_inputs(images: Path, scores, learner):
-    "The image files to refine and the score file of each (None where missing; no list when `learner` computes the scores)."
+def _refine_inputs(images: Path, scores, given):
+    "The image files to refine and the score file of each (None where missing; no list when the model `given` (`_BaseModelOptions`) computes the scores)."
     files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
     if files is None: raise FileNotFoundError(f"Images not found: {images}")
     if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}.")
-    if learner is not None:
-        if str(scores) != '-': raise ValueError(f"With --learner its model computes the scores: pass '-' as SCORES, not {scores}.")
-        _check_learner_file(learner)
+    if given:
+        if str(scores) != '-': raise ValueError(f"With {given.flag} your model computes the scores: pass '-' as SCORES, not {scores}.")
+        if given.learner is not None: _check_learner_file(given.learner)
         return files, None
-    if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by a model, but no --learner was given: pass a folder "
-                                            "of saved scores, or --learner FILE.")
+    if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by your model, but no --learner or --model was given: pass "
+                                            f"a folder of saved scores, or your model as {_MODEL_FLAGS}.")
     scores = Path(scores)
     if scores.is_dir(): return files, [_score_file(scores, f) for f in files]
     if not scores.is_file(): raise FileNotFoundError(f"Scores not found: {scores}")
@@ -174,7 +331,8 @@ def _refine_inputs(images: Path, scores, learner):
                                               "score files named like the images.")
     if scores.suffix.lower() not in ('.npy', '.pt'):
         raise ValueError(f"SCORES {scores} is not a score file (.npy or .pt holding one (M,H,W) array); it is never opened as a "
-                         "model. To compute the scores with an exported fastai Learner pass '-' as SCORES and --learner FILE.")
+                         "model. To compute the scores with your model pass '-' as SCORES and --learner FILE (an exported fastai Learner) "
+                         "or --model MODULE:FACTORY.")
     return files, [scores]
 
 # %% ../nbs/08_cli.ipynb #daea5be6
@@ -212,7 +370,7 @@ def _options(options: dict, n: int, pal=None) -> dict:
 
 # %% ../nbs/08_cli.ipynb #8db6c76b
 def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=None, **options):
-    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None, the options checked all the same."
+    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (your model, of --learner or --model), or with `later` and no `base` left for later: None, the options checked all the same."
     from dataclasses import replace
     if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     try:
@@ -222,30 +380,11 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
         if later: _options(options, (e.prototypes if p is None else p).n_classes, pal); return None
         raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "
                          "not enough: pass '-' as SCORES and the model as --learner FILE (an exported fastai Learner; loading it "
-                         "unpickles the file, so only one you trust).") from None
+                         "unpickles the file, so only one you trust) or as --model MODULE:FACTORY (your function that builds it).") from None
     except EmbedderMismatch as e:                                       # Refiner.load names a bundle's files itself
         raise (e if bundle else e.named(f'--protos {protos}', f'--checkpoint {checkpoint}')) from None
     ref.settings = replace(ref.settings, **_options(options, ref.prototypes.n_classes, pal))
     return ref
-
-# %% ../nbs/08_cli.ipynb #2435d989
-def _check_learner_file(fname):
-    "Refuse a --learner FILE that does not exist, before anything reads it."
-    if not Path(fname).is_file(): raise FileNotFoundError(f"Learner file not found: {fname}")
-
-# %% ../nbs/08_cli.ipynb #f29bed83
-def _load_learner(fname):
-    "The exported fastai Learner in `fname`, its model in eval mode. This unpickles the file, which can run code: only for trusted files."
-    from fastai.learner import load_learner
-    _check_learner_file(fname)
-    try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
-    except (FileNotFoundError, PermissionError): raise
-    except Exception as e:
-        raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass a file written by learn.export().") from None
-    if not isinstance(getattr(learn, 'model', None), torch.nn.Module):
-        raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
-    learn.model.eval()
-    return learn
 
 # %% ../nbs/08_cli.ipynb #61f8e315
 class _Renormalised(torch.nn.Module):
@@ -257,11 +396,13 @@ class _Renormalised(torch.nn.Module):
     def forward(self, x): return self.wrapped(x * self.scale + self.shift)      # (pixel − tm) / ts, from x = (pixel − gm) / gs
 
 # %% ../nbs/08_cli.ipynb #dbe5de2d
-def _learner_model(learn, ref, source):
-    "The model of the --learner `learn` as `ref` runs it, on images normalised as the Learner does: refused for an embedder on its features trained otherwise (from `source`), re-normalised for one with its own backbone."
-    own, kept = _norm_stats(learn.dls), (ref.prototypes.mean, ref.prototypes.std)
-    if reads_base(ref.embedder, learn.model): _check_stats(kept, own, source); return learn.model
-    return learn.model if _same_stats(kept, own) else _Renormalised(learn.model, kept, own)
+def _base_model(base, ref, source):
+    "The model of `base` (a --learner's Learner, or a --model's module) as `ref` runs it, on images normalised as the Learner does (a module without one: as `ref`'s prototypes record): refused for an embedder on its features trained otherwise (from `source`), re-normalised for one with its own backbone."
+    model, kept = _model_of(base), (ref.prototypes.mean, ref.prototypes.std)
+    own = kept if isinstance(base, torch.nn.Module) else _norm_stats(base.dls)
+    if reads_base(ref.embedder, model): _check_stats(kept, own, source); return model
+    return model if _same_stats(kept, own) else _Renormalised(model, kept, own)
+
 
 # %% ../nbs/08_cli.ipynb #e2e4ea37
 def _make_dir(d: Path):
@@ -283,15 +424,15 @@ def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, b
     return n
 
 # %% ../nbs/08_cli.ipynb #fefdd585
-def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, learner, palette_from, options: dict,
+def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, given, palette_from, options: dict,
                 force: bool = False, skip_existing: bool = False):
-    "`refine`'s checks of inputs and outputs, before any work: Refiner, model (or None), images, score files, outputs, indices to write, palette."
-    files, sfs = _refine_inputs(images, scores, learner)
+    "`refine`'s checks of inputs and outputs, before any work (`given`: the model's options, `_BaseModelOptions`): Refiner, model (or None), images, score files, outputs, indices to write, palette."
+    files, sfs = _refine_inputs(images, scores, given)
     if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
     pal, pal_file = _palette(palette_from)
-    ref = _refiner(bundle, checkpoint, protos, later=learner is not None, pal=pal, **options)   # None: it reads the --learner's model
+    ref = _refiner(bundle, checkpoint, protos, later=bool(given), pal=pal, **options)   # None: it reads your model's features
     dsts = [out/(f.stem + '.png') for f in files]
-    used = [learner, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
+    used = [*given.files, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
     _check_outputs(files, dsts, files + [Path(p) for p in used if p])
     exist = [d for d in dsts if d.exists()]
     if exist and not (force or skip_existing):
@@ -299,19 +440,21 @@ def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, lea
                               "or --skip_existing to keep them.")
     todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
     _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], scores)
-    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
-    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model, pal=pal, **options)
-    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint)   # on images normalised as the Learner does
+    base = given.load()                                                 # last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, _model_of(base), pal=pal, **options)
+    model = None if base is None else _base_model(base, ref, bundle or checkpoint)   # on images normalised as it reads them
     return ref, model, files, sfs, dsts, todo, pal
 
 # %% ../nbs/08_cli.ipynb #c026ea19
 def refine(images: str,               # folder of images (or one image file)
-           scores: str,               # folder of saved base scores named like the images (.npy or .pt, (M,H,W)); one score file for one image; '-' with --learner
+           scores: str,               # folder of saved base scores named like the images (.npy or .pt, (M,H,W)); one score file for one image; '-' with --learner or --model
            out: str,                  # folder for the refined label PNGs (an output never replaces an input)
            bundle: str = None,        # Refiner bundle folder (Refiner.save)
            checkpoint: str = None,    # or: embedder checkpoint ...
            protos: str = None,        # ... plus prototypes file
            learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'), from images normalised as the Learner does, and, for an embedder that reads its features, those in the same forward; loading it unpickles the file, which can run arbitrary code: use only files you trust
+           model: str = None,         # or your model as code, MODULE:FACTORY (as for train; importing the module runs its code), computing the scores (SCORES '-') and the features, from images normalised as the prototypes record
+           weights: str = None,       # with --model: a state dict of that model, read as data (torch.load(weights_only=True))
            top_n: int = None,         # candidates per pixel (default: the bundle's, else 5)
            radius: int = None,        # band radius around the base's boundaries (default: the bundle's, else 3)
            tau: float = None,         # confidence gate: re-decide only pixels whose base top-1 probability is below it (default: the bundle's; 1: no gate)
@@ -330,15 +473,16 @@ def refine(images: str,               # folder of images (or one image file)
         with _CheckedByAll() as checked:                                # all check before any writes; one refuses, all do
             _ints(bs=(bs, 1), workers=(workers, 0))
             _checked(RefineSettings, dict(options, grey=grey or None), build=False, vote=1)   # each setting alone; with the bundle's: `_refiner`
-            ref, model, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out), bundle, checkpoint, protos,
-                                                                  learner, palette_from, options, force, skip_existing)
+            given = _BaseModelOptions(learner, model, weights)
+            ref, base, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out), bundle, checkpoint, protos,
+                                                                 given, palette_from, options, force, skip_existing)
             checked.value = todo
         todo, out = checked.value, Path(out)                            # the first process's list
         mine = _share(todo, bs, rank, world)                            # whole batches of it
         _make_dir(out)
         items = RefineItems([files[i] for i in mine], None if sfs is None else [sfs[i] for i in mine], ref.prototypes.n_classes)
         dev = default_device()                                          # the base model runs there too, not only the embedder
-        n = _refine_all(ref.to(dev), items, [dsts[i] for i in mine], None if model is None else model.to(dev), pal, bs, workers,
+        n = _refine_all(ref.to(dev), items, [dsts[i] for i in mine], None if base is None else base.to(dev), pal, bs, workers,
                         progress=rank == 0)
         n = _total(n)
     kept = f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''
@@ -391,13 +535,15 @@ def evaluate(preds: str,              # folder of predicted label PNGs
 
 # %% ../nbs/08_cli.ipynb #cea74dde
 def calibrate(images: str,               # folder of validation images (or one image file)
-              scores: str,               # folder of their saved base scores named like the images (.npy or .pt, (M,H,W)); '-' with --learner
+              scores: str,               # folder of their saved base scores named like the images (.npy or .pt, (M,H,W)); '-' with --learner or --model
               gts: str,                  # folder of their ground-truth label PNGs, named like the images
               out: str,                  # bundle folder to write: the embedder, the prototypes and the settings chosen
               bundle: str = None,        # Refiner bundle folder to calibrate anew
               checkpoint: str = None,    # or: embedder checkpoint ...
               protos: str = None,        # ... plus prototypes file
               learner: str = None,       # exported fastai Learner (learn.export) whose model computes the scores (SCORES '-'), as for refine; loading it unpickles the file, which can run arbitrary code: use only files you trust
+              model: str = None,         # or your model as code, MODULE:FACTORY, computing the scores (SCORES '-'), as for refine; importing the module runs its code
+              weights: str = None,       # with --model: a state dict of that model, read as data (torch.load(weights_only=True))
               void: int = None,          # label value of void pixels in the ground truth (CamVid: 11)
               objective: str = 'mean',   # what the settings maximise: mean (of boundary F and mIoU), boundary_f1 or miou (the other breaking ties)
               max_seconds: float = None, # the most post-processing time per image a chosen setting may take, timed here (default: any)
@@ -406,19 +552,20 @@ def calibrate(images: str,               # folder of validation images (or one i
     _ints(void=(void, 0))
     if objective not in OBJECTIVES: raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}.")
     if max_seconds is not None: as_float(max_seconds, '--max_seconds', 0, hint=" It is seconds of post-processing per image.")
-    files, sfs = _refine_inputs(Path(images), scores, learner)
+    given = _BaseModelOptions(learner, model, weights)
+    files, sfs = _refine_inputs(Path(images), scores, given)
     gt_files, out = _ground_truth(Path(gts), files), Path(out)
     _check_scores_found(files, sfs, scores)
-    _check_out(out, force, [bundle, checkpoint, protos, learner, images, gts] + ([] if str(scores) == '-' else [scores]))
-    ref = _refiner(bundle, checkpoint, protos, later=learner is not None)
-    learn = _load_learner(learner) if learner else None                # opened last: every check that does not need it has passed
-    if ref is None: ref = _refiner(bundle, checkpoint, protos, learn.model)
+    _check_out(out, force, [bundle, checkpoint, protos, *given.files, images, gts] + ([] if str(scores) == '-' else [scores]))
+    ref = _refiner(bundle, checkpoint, protos, later=bool(given))
+    base = given.load()                                                 # last: every check that does not need it has passed
+    if ref is None: ref = _refiner(bundle, checkpoint, protos, _model_of(base))
     items, n = RefineItems(files, sfs, ref.prototypes.n_classes), ref.prototypes.n_classes
     imgs, probs = zip(*(items[i][1:] for i in range(len(items))))
     labels = [_checked_labels(g, im, n, void) for g, im in zip(gt_files, imgs)]
     dev = default_device()
-    model = None if learn is None else _learner_model(learn, ref, bundle or checkpoint).to(dev)
-    res = ref.to(dev).calibrate(list(imgs), model if model is not None else list(probs), labels, ignore_index=void,
+    base = None if base is None else _base_model(base, ref, bundle or checkpoint).to(dev)
+    res = ref.to(dev).calibrate(list(imgs), base if base is not None else list(probs), labels, ignore_index=void,
                                 objective=objective, max_seconds=max_seconds)
     ref.save(out)
     print(f"chose {res['settings']} on {len(files)} images: boundary F {res['base_boundary_f1']:.4f} -> {res['boundary_f1']:.4f}, "

@@ -11,7 +11,7 @@ import torch
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback, CancelFitException
 from fastai.torch_core import rank_distrib, num_distrib, get_random_states, set_random_states, set_seed, to_device
-from dataclasses import dataclass, replace, asdict, fields
+from dataclasses import dataclass, asdict, fields
 from functools import partial
 from .core import atomic_save, safe_load, default_device, _model_of, _device_of, _norm_stats, _stats_text, _same_stats, as_float, as_int, _replaced
 from .band import TRAIN_RADIUS

@@ -195,7 +195,7 @@ def test_learner_opt_in(small, tmp_path):
     rc, out, err = cli('refine', small/'img', '-', tmp_path/'out', '--bundle', small/'bundle', '--learner', tmp_path/'learner.pkl')
     assert rc == 0, err
     assert sorted(f.name for f in (tmp_path/'out').iterdir()) == ['a.png', 'b.png']
-    failed('refine', small/'img', '-', tmp_path/'o2', '--bundle', small/'bundle', expect='no --learner was given')
+    failed('refine', small/'img', '-', tmp_path/'o2', '--bundle', small/'bundle', expect='no --learner or --model was given')
     failed('refine', small/'img', small/'sc', tmp_path/'o2', '--bundle', small/'bundle', '--learner', tmp_path/'learner.pkl',
            expect="pass '-' as SCORES")
     failed('refine', small/'img'/'a.png', tmp_path/'learner.pkl', tmp_path/'o2', '--bundle', small/'bundle', expect='--learner FILE')

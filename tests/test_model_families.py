@@ -121,3 +121,52 @@ def test_cli_train_on_families(data, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         saved = torch.load(ck, weights_only=True)
         assert (saved['kind'], saved['config']['low'], saved['config']['high']) == ('shared', *want), saved['config']
+
+FACTORIES = f'''"Factories for `brefine --model`: tiny, randomly initialised models of {N} classes."
+def segformer():
+    import transformers
+    cfg = transformers.SegformerConfig(num_labels={N}, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                                       num_attention_heads=[1, 1, 2, 2], decoder_hidden_size=32)
+    return transformers.SegformerForSemanticSegmentation(cfg)
+
+def lraspp():
+    import torchvision
+    return torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes={N})
+'''
+
+@pytest.mark.parametrize('factory, library', [('segformer', 'transformers'), ('lraspp', 'torchvision')])
+def test_cli_model_factory(data, tmp_path, factory, library):
+    "`--model MODULE:FACTORY --weights FILE` through `train`, `prototypes` and `refine`, as subprocesses: the maps are the Python API's with that model and those weights; without --weights the embedder refuses the model."
+    import subprocess, sys, importlib.util
+    from brefine.embedder_io import load_embedder
+    from brefine.prototypes import Prototypes
+    _need(library)
+    path, _ = data
+    (path/'codes.txt').write_text('\n'.join(SYNTH_CODES))
+    (tmp_path/'seg_factories.py').write_text(FACTORIES)
+    spec = importlib.util.spec_from_file_location('seg_factories', tmp_path/'seg_factories.py')
+    factories = importlib.util.module_from_spec(spec); spec.loader.exec_module(factories)
+    torch.manual_seed(1)
+    model = getattr(factories, factory)().eval()
+    torch.save(model.state_dict(), tmp_path/'weights.pt')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get('PYTHONPATH')])), OMP_NUM_THREADS='1')
+    def brefine(*args, ok=True):
+        r = subprocess.run([sys.executable, '-c', 'import sys; from brefine.cli import main; sys.exit(main())', *map(str, args)],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert (r.returncode == 0) == ok, r.stderr[-3000:]
+        return r
+    as_code = ['--model', f'seg_factories:{factory}', '--weights', tmp_path/'weights.pt']
+    ck, pf, out = tmp_path/'emb.pt', tmp_path/'protos.pt', tmp_path/'refined'
+    brefine('train', path, '--out', ck, *as_code, '--emb_dim', 8, '--epochs', 1, '--bs', 2)
+    brefine('prototypes', ck, path, '--out', pf, '--bs', 2, *as_code)
+    brefine('refine', path/'val', '-', out, '--checkpoint', ck, '--protos', pf, '--top_n', 2, *as_code)
+    protos = Prototypes.load(pf)
+    np.testing.assert_allclose(protos.mean, (0.485, 0.456, 0.406), rtol=1e-5)        # no Learner: ImageNet's statistics, recorded
+    ref = Refiner(load_embedder(ck, base=model), protos, top_n=2)
+    files = sorted((path/'val').iterdir())
+    assert [f.name for f in sorted(out.iterdir())] == [f.name for f in files]
+    for f in files:
+        got, want = np.asarray(Image.open(out/f.name)), ref(np.asarray(Image.open(f).convert('RGB')), model).numpy()
+        assert (got == want).mean() > 0.999, f.name                                  # the same model, weights and normalisation
+    r = brefine('prototypes', ck, path, '--out', tmp_path/'p2.pt', '--model', f'seg_factories:{factory}', ok=False)
+    assert 'with other weights' in r.stderr and 'Traceback' not in r.stderr and not (tmp_path/'p2.pt').exists()
