@@ -148,6 +148,8 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
+    if not isinstance(split, str) or Path(split).name != split or split in ('', '.', '..'):
+        raise ValueError(f"--split must name a sub-folder of DATA, like train or val, got {split!r}.")
     out = Path(out); _check_out(out, force, [checkpoint, learner, *_data_files(Path(data))])
     _check_base_options(load_checkpoint(checkpoint), checkpoint, learner is not None, {}, '--learner FILE')
     base = _load_learner(learner) if learner else None               # opened last: every check that does not need it has passed
@@ -160,7 +162,8 @@ def _refine_inputs(images: Path, scores, learner):
     "The image files to refine and the score file of each (None where missing; no list when `learner` computes the scores)."
     files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
     if files is None: raise FileNotFoundError(f"Images not found: {images}")
-    if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}.")
+    if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}." + (
+        " It holds score files (.npy, .pt): pass the images first, then SCORES." if any(images.glob('*.npy')) or any(images.glob('*.pt')) else ''))
     if learner is not None:
         if str(scores) != '-': raise ValueError(f"With --learner its model computes the scores: pass '-' as SCORES, not {scores}.")
         _check_learner_file(learner)
@@ -215,6 +218,8 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
     "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (the --learner's model), or with `later` and no `base` left for later: None, the options checked all the same."
     from dataclasses import replace
     if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    if bundle and (checkpoint or protos):
+        raise ValueError("--bundle DIR holds its own embedder and prototypes: pass either --bundle, or --checkpoint with --protos, not both.")
     try:
         p = None if bundle else Prototypes.load(protos)                  # first, as Refiner.load does: they come with BaseModelNeeded
         ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
@@ -369,6 +374,7 @@ def evaluate(preds: str,              # folder of predicted label PNGs
     _ints(void=(void, 0))
     dirs = {k: Path(p) for k, p in dict(preds=preds, gts=gts, base=base).items() if p is not None}
     for p in dirs.values():
+        if p.is_file(): raise NotADirectoryError(f"{p} is a file, not a folder: pass the folder of label PNGs.")
         if not p.is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
     if plots and Path(plots).resolve() in {p.resolve() for p in dirs.values()}:
         raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a folder of their own.")
