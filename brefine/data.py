@@ -44,6 +44,12 @@ def _link_loop(fn, what: str = 'image') -> FileNotFoundError:
                              "no file. Point the link at the image file, or replace it by the file.")
 
 # %% ../nbs/02_data.ipynb #ee3b9ce9
+def _exif_turned(im: Image.Image) -> bool:
+    "Whether the EXIF data of the JPEG, TIFF or WebP image `im` asks for it to be rotated or flipped when shown (a file too damaged to tell: no, its reader says why)."
+    if im.format not in ('JPEG', 'TIFF', 'WEBP'): return False
+    try: return im.getexif().get(0x0112, 1) not in (1, None)
+    except Exception: return False
+
 def open_image_file(fn, what: str = 'image') -> Image.Image:
     "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name, and of at most `PIL.Image.MAX_IMAGE_PIXELS` pixels."
     too_large = lambda how_many: ImageTooLargeError(
@@ -59,7 +65,7 @@ def open_image_file(fn, what: str = 'image') -> Image.Image:
     except OSError as e:
         if e.errno != errno.ELOOP: raise
         raise _link_loop(fn, what) from None
-    if im.format in ('JPEG', 'TIFF', 'WEBP', 'PNG') and im.getexif().get(0x0112, 1) not in (1, None):   # EXIF orientation
+    if _exif_turned(im):
         im.close()
         raise ImageFormatError(f"cannot read {what} {fn}: its EXIF data asks for it to be rotated or flipped when shown (orientation "
                                "tag), so its stored pixels and what a viewer shows differ, and brefine cannot know which ones your "
