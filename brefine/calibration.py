@@ -46,6 +46,9 @@ def _timed(f, *args) -> tuple:
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
     "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
+    kind = next((g.dtype for g in gts_ if g.dtype.kind not in 'biu'), None)
+    if kind is not None: raise TypeError(f"gts must hold integer class indices, got {kind}: for scores take the arg-max over the "
+                                         "class axis; for float-coded labels use .astype(int).")
     scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
         raise ValueError(f"calibrate needs one score map (`probs`) and one ground truth (`gts`) per image (`images`): got {len(imgs)} "
@@ -118,6 +121,14 @@ def best_setting(table: list,                   # calibrate's table: one row per
     return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'], miou=best['miou'], seconds=best['seconds'],
                 base_boundary_f1=table[0]['boundary_f1'], base_miou=table[0]['miou'], table=table)
 
+# %% ../nbs/06a_calibration.ipynb #b79e1157
+def _check_grids(**grids):
+    "Refuse a grid of settings to try that is not a non-empty sequence, naming it."
+    for k, g in grids.items():
+        if isinstance(g, (str, bytes)) or not isinstance(g, (list, tuple, range, np.ndarray)):
+            raise TypeError(f"{k} must be a list of values to try, got {g!r} ({type(g).__name__}): e.g. {k}=[{g!r}].")
+        if not len(g): raise ValueError(f"{k} is empty: give at least one value to try.")
+
 # %% ../nbs/06a_calibration.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
               prototypes: Prototypes,         # its prototypes
@@ -139,6 +150,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               progress: bool = True) -> dict:
     "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`)."
     _choice_rule(objective, max_seconds)                                  # checked before any work
+    _check_grids(radii=radii, top_ns=top_ns, taus=taus, alphas=alphas, votes=votes, greys=greys)
     model = _model_of(embedder)
     with _evaluating(model):                                             # in eval mode; its own mode back after
         cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))

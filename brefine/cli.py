@@ -304,6 +304,8 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
                force: bool = False):  # overwrite OUT
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
+    if not isinstance(split, str) or Path(split).name != split or split in ('', '.', '..'):
+        raise ValueError(f"--split must name a sub-folder of DATA, like train or val, got {split!r}.")
     given = _BaseModelOptions(learner, model, weights)
     out = Path(out); _check_out(out, force, [checkpoint, *given.files, *_data_files(Path(data))])
     _check_base_options(load_checkpoint(checkpoint), checkpoint, bool(given), {}, given.flag)
@@ -317,7 +319,8 @@ def _refine_inputs(images: Path, scores, given):
     "The image files to refine and the score file of each (None where missing; no list when the model `given` (`_BaseModelOptions`) computes the scores)."
     files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
     if files is None: raise FileNotFoundError(f"Images not found: {images}")
-    if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}.")
+    if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}." + (
+        " It holds score files (.npy, .pt): pass the images first, then SCORES." if any(images.glob('*.npy')) or any(images.glob('*.pt')) else ''))
     if given:
         if str(scores) != '-': raise ValueError(f"With {given.flag} your model computes the scores: pass '-' as SCORES, not {scores}.")
         if given.learner is not None: _check_learner_file(given.learner)
@@ -373,6 +376,8 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
     "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (your model, of --learner or --model), or with `later` and no `base` left for later: None, the options checked all the same."
     from dataclasses import replace
     if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    if bundle and (checkpoint or protos):
+        raise ValueError("--bundle DIR holds its own embedder and prototypes: pass either --bundle, or --checkpoint with --protos, not both.")
     try:
         p = None if bundle else Prototypes.load(protos)                  # first, as Refiner.load does: they come with BaseModelNeeded
         ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
@@ -513,6 +518,7 @@ def evaluate(preds: str,              # folder of predicted label PNGs
     _ints(void=(void, 0))
     dirs = {k: Path(p) for k, p in dict(preds=preds, gts=gts, base=base).items() if p is not None}
     for p in dirs.values():
+        if p.is_file(): raise NotADirectoryError(f"{p} is a file, not a folder: pass the folder of label PNGs.")
         if not p.is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
     if plots and Path(plots).resolve() in {p.resolve() for p in dirs.values()}:
         raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a folder of their own.")

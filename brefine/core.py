@@ -74,8 +74,13 @@ def _load_weights(net: torch.nn.Module, sd, source) -> torch.nn.Module:
     shape = lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else f'a {type(v).__name__}'
     missing, extra = [k for k in want if k not in sd], [k for k in sd if k not in want]
     wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor) or sd[k].shape != want[k].shape)]
+    kind = [k for k in want if k in sd and k not in wrong and sd[k].is_floating_point() != want[k].is_floating_point()]
+    nan = [k for k in want if k in sd and k not in wrong + kind and sd[k].is_floating_point() and not sd[k].is_meta and not torch.isfinite(sd[k]).all()]
     why = ([f"it lacks the weights {name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
-          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]]
+          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]] + \
+          [f"{k!r} holds {str(sd[k].dtype)[6:]} values where the model has {str(want[k].dtype)[6:]}" for k in kind[:3]]
+    if nan and not why: raise ValueError(f"{source} holds NaN or inf weights ({name(nan)}): it is from a training run that diverged, or "
+                                         "damaged. Train again (a lower learning rate), or use an earlier checkpoint.")
     if why: raise ValueError(f"{source} does not match its own config: {'; '.join(why)}. Save it again.")
     try: net.load_state_dict(sd)
     except Exception as e: raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None

@@ -44,6 +44,12 @@ def _link_loop(fn, what: str = 'image') -> FileNotFoundError:
                              "no file. Point the link at the image file, or replace it by the file.")
 
 # %% ../nbs/02_data.ipynb #ee3b9ce9
+def _exif_turned(im: Image.Image) -> bool:
+    "Whether the EXIF data of the JPEG, TIFF or WebP image `im` asks for it to be rotated or flipped when shown (a file too damaged to tell: no, its reader says why)."
+    if im.format not in ('JPEG', 'TIFF', 'WEBP'): return False
+    try: return im.getexif().get(0x0112, 1) not in (1, None)
+    except Exception: return False
+
 def open_image_file(fn, what: str = 'image') -> Image.Image:
     "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name, and of at most `PIL.Image.MAX_IMAGE_PIXELS` pixels."
     too_large = lambda how_many: ImageTooLargeError(
@@ -59,6 +65,12 @@ def open_image_file(fn, what: str = 'image') -> Image.Image:
     except OSError as e:
         if e.errno != errno.ELOOP: raise
         raise _link_loop(fn, what) from None
+    if _exif_turned(im):
+        im.close()
+        raise ImageFormatError(f"cannot read {what} {fn}: its EXIF data asks for it to be rotated or flipped when shown (orientation "
+                               "tag), so its stored pixels and what a viewer shows differ, and brefine cannot know which ones your "
+                               "scores and labels were made on. Save it with the rotation applied (PIL.ImageOps.exif_transpose), "
+                               "or without EXIF data.")
     if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:   # PIL only warns up to twice its limit
         im.close(); raise too_large(f"{im.width}x{im.height} = {im.width * im.height} pixels, more than")
     return im
@@ -405,10 +417,19 @@ def _dataloaders(dblock, items, bs, **kw):
     return dls
 
 # %% ../nbs/02_data.ipynb #31a9a3c6
+def _check_codes(codes):
+    "Refuse class names `codes` given as one string, or naming a class twice: either would train on classes nobody meant."
+    if isinstance(codes, (str, bytes)):
+        raise TypeError(f"codes must be a list of class names, got the single string {codes!r}: pass one name per class, e.g. "
+                        "['sky', 'road'] (a codes file's text: text.split()).")
+    names = list(codes) if codes is not None else []
+    twice = next((c for c in names if names.count(c) > 1), None)
+    if twice is not None: raise ValueError(f"codes names {twice!r} twice: each class needs its own name.")
+
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
                      ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
-    path = Path(path)
+    path = Path(path); _check_codes(codes)
     layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
     for d in (train, f'{train}{mask_suffix}', valid, f'{valid}{mask_suffix}'):
         if not (path/d).is_dir(): raise FileNotFoundError(f"folder {path/d} not found: {layout}.")

@@ -15,7 +15,7 @@ from .data import ImageFormatError, open_image_file
 __all__ = ['IMG_EXTS', 'read_image', 'RefineItems']
 
 # %% ../nbs/07a_files.ipynb #ee6081bc
-IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff')
+IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.ppm', '.pgm', '.pbm', '.pnm')   # the formats open_image_file reads
 
 def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
     "An OpenCV image (H,W) or (H,W,C) in BGR(A) order as RGB (H,W,3); only 8- and 16-bit pixels."
@@ -71,6 +71,9 @@ def _read_scores(f: Path) -> torch.Tensor:
     "The float (M,H,W) scores in the file `f` (.npy without unpickling, .pt with `safe_load`): never runs code from the file."
     sc = _load_npy(f) if f.suffix.lower() == '.npy' else safe_load(f, 'score file')
     if isinstance(sc, np.ndarray) and sc.dtype.kind == 'f': sc = torch.from_numpy(np.ascontiguousarray(sc))
+    if isinstance(sc, torch.Tensor) and (sc.layout != torch.strided or sc.is_meta):
+        raise ValueError(f"{f} holds a {'meta' if sc.is_meta else 'sparse'} tensor, not scores: save a dense float (M,H,W) tensor "
+                         "(`scores.to_dense().cpu()`) per image.")
     if not isinstance(sc, torch.Tensor) or not sc.is_floating_point():
         what = f"{sc.dtype} values" if hasattr(sc, 'dtype') else f"a {type(sc).__name__}"
         raise ValueError(f"{f} holds {what}, not scores: save one float (M,H,W) array of probabilities or logits per image.")
@@ -152,9 +155,11 @@ def collate(self: RefineItems, items) -> list:
 def _read_labels(f: Path) -> np.ndarray:
     "The label map in the PNG `f` as int64 (H,W): 8-bit, palette or 16-bit; errors name the file."
     try:
-        with open_image_file(f, 'label map') as im: mode, a = im.mode, np.asarray(im)
+        with open_image_file(f, 'label map') as im: fmt, mode, a = im.format, im.mode, np.asarray(im)
     except (FileNotFoundError, PermissionError, ImageFormatError): raise
     except Exception as e: raise ValueError(f"cannot read label map {f}: {e}.") from None
+    if fmt == 'JPEG': raise ValueError(f"{f} is a JPEG file: its lossy compression changes the labels along every boundary. Save "
+                                       "label maps as PNG (lossless).")
     if a.ndim != 2 or a.dtype.kind not in 'biu':
         raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")
     return a.astype(np.int64)

@@ -143,7 +143,11 @@ def _as_scores(s) -> torch.Tensor:
     if isinstance(s, np.ndarray):
         if s.dtype == object: raise TypeError("Scores must be a numeric array, got a numpy object array.")
         s = _native_array(s)                                            # flipped or big-endian arrays too
-    return _plain(s)
+    s = _plain(s)
+    if s.is_meta or s.layout != torch.strided:
+        raise TypeError(f"The scores are a {'meta' if s.is_meta else 'sparse'} tensor, which holds no values brefine can read: pass "
+                        "dense scores (`.to_dense()`) on a real device.")
+    return s
 
 # %% ../nbs/05_inputs.ipynb #5f2965d2
 @contextlib.contextmanager

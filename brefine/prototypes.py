@@ -30,6 +30,8 @@ def _class_names(names, n: int) -> list|None:
     bad = [o for o in names if not isinstance(o, str)]
     if bad: raise TypeError(f"names must be strings, got {bad[0]!r} ({type(bad[0]).__name__}): pass e.g. [str(c) for c in names].")
     if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one name per class.")
+    twice = next((o for o in names if names.count(o) > 1), None)
+    if twice is not None: raise ValueError(f"names holds {twice!r} twice: each class needs its own name.")
     return [str(o) for o in names]
 
 # %% ../nbs/04_prototypes.ipynb #61944f5e
@@ -71,7 +73,7 @@ class Prototypes:
                  ignore_index: int|None = None,
                  fingerprint: str|None = None):  # `embedder_fingerprint` of the embedder that made the vectors; None: unknown
         vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), torch.as_tensor(counts, dtype=torch.int64)
-        if vectors.ndim != 2: raise ValueError(f"Prototype vectors must be (classes, emb_dim), got shape {tuple(vectors.shape)}.")
+        if vectors.ndim != 2 or 0 in vectors.shape: raise ValueError(f"Prototype vectors must be (classes, emb_dim), at least one of each, got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
             raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got shape {tuple(counts.shape)}.")
         if (counts < 0).any(): raise ValueError(f"counts are numbers of pixels and must be >= 0, got {counts.min().item()}.")

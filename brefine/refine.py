@@ -337,6 +337,8 @@ def refine_predict(img,                       # image(s): float tensor (3,H,W)/(
     "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W); with `stages`, every step of it (`RefineStages`)."
     s = _settings(settings, kwargs)
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
+    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)             # a TypeError naming `prototypes`
+    if not callable(model): raise TypeError(f"`embedder` must be the embedder (a module, a Learner, or a function (B,3,H,W) -> (B,C,h,w)), not {type(embedder).__name__}.")
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
     x = x.to(_device_of(model))
     with torch.inference_mode():

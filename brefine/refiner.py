@@ -10,7 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch, GetAttr
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
-from .core import atomic_write, _write_error, _model_of, _as_device, _with_digest, _check_digest
+from .core import atomic_write, _write_error, _model_of, _as_device, _with_digest, _check_digest, _DIGEST_KEY
+import numpy as np
 from .shared_backbone import BaseModelNeeded
 from .embedder_io import save_embedder, load_embedder
 from .prototypes import Prototypes, EmbedderMismatch
@@ -63,10 +64,17 @@ def _read_bundle_json(path: Path) -> tuple:
     f = path/'refiner.json'
     try: d = json.loads(f.read_text())
     except FileNotFoundError: raise ValueError(f"{path} is not a Refiner bundle: refiner.json is missing.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{f} is corrupt ({e}). Save the Refiner again.") from None
+    except IsADirectoryError: raise ValueError(f"{f} is a folder, not the settings file of a Refiner bundle: save the Refiner again.") from None
+    except (ValueError, RecursionError) as e:                       # bad JSON, bad UTF-8, numbers or nesting beyond Python's limits
+        raise ValueError(f"{f} is corrupt ({type(e).__name__}: {str(e)[:200]}). Save the Refiner again.") from None
     if not isinstance(d, dict) or d.get('format') != REFINER_FORMAT: raise ValueError(f"{f} is not a brefine Refiner file.")
     v = d.get('version', 0)
-    if not isinstance(v, int) or v > REFINER_VERSION:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{f} is damaged: its format version is {v!r} ({type(v).__name__}), not a whole number >= 0. Save the Refiner again.")
+    extra = sorted(set(d) - {'format', 'version', 'files', 'min_prob', _DIGEST_KEY, *_SETTING_NAMES}) if v == REFINER_VERSION else []
+    if extra: raise ValueError(f"{f} holds {', '.join(map(repr, extra))}, which is not a setting of a Refiner bundle (those are "
+                               f"{', '.join(_SETTING_NAMES)}): remove it, or correct its name.")
+    if v > REFINER_VERSION:
         raise ValueError(f"{path} was written by a newer brefine (format {v!r}); upgrade: `pip install -U brefine`.")
     files = d.get('files') if v >= 2 else _V1_FILES
     if not isinstance(files, dict) or any(not isinstance(files.get(k), str) or not (_OWN_FILE.fullmatch(files[k]) or files[k] == n)
@@ -149,11 +157,23 @@ def _remove_claimed(path: Path, entries: list, keep=()):
         if n not in keep:
             with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
 
+# %% ../nbs/06b_refiner.ipynb #2957401e
+def _bundle_path(path) -> Path:
+    "`path` (a str or path-like) as a `Path`; else a TypeError naming it."
+    if isinstance(path, (bool, int, float)) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be the folder of a Refiner bundle (a str or Path), got {path!r} ({type(path).__name__}).")
+    return Path(path)
+
 # %% ../nbs/06b_refiner.ipynb #d949f995
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
     "Write the bundle into the folder `path` (new, empty, or a bundle to replace), crash-safely; other files in it are kept."
-    path = Path(path)
+    path = _bundle_path(path)
+    if not isinstance(overwrite, (bool, np.bool_)): raise TypeError(f"overwrite must be True or False, got {overwrite!r} ({type(overwrite).__name__}).")
+    if path.is_symlink() and not path.exists():
+        raise FileNotFoundError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: save into a real folder, or create its target first.")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir(): raise NotADirectoryError(f"cannot save a bundle at {path}: {above} is a file, not a folder. Choose another path.")
     _files_to_replace(path, overwrite)                                  # refused before anything is written
     try: path.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise _write_error(e, path) from None
@@ -186,7 +206,7 @@ def _bundle_near(path: Path) -> str:
 @patch(cls_method=True)
 def load(cls: Refiner, path, device=None, base=None) -> Refiner:
     "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one; `device`: where its embedder goes); never executes code from the files."
-    device, path = None if device is None else _as_device(device), Path(path)      # a device that cannot be: before anything is read
+    device, path = None if device is None else _as_device(device), _bundle_path(path)   # a device that cannot be: before anything is read
     if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.{_bundle_near(path)}")
     if not (path/'refiner.json').exists() and (near := _bundle_near(path)):
         raise ValueError(f"{path} is not a Refiner bundle: it has no refiner.json.{near}")
@@ -198,6 +218,9 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
         lacks = [k for k in _SETTING_NAMES if k not in settings] if settings.get('version') == REFINER_VERSION else []
         if lacks: raise ValueError(f"{path/'refiner.json'} lacks the setting {', '.join(lacks)}, which every bundle of format "
                                    f"{REFINER_VERSION} holds: it is damaged. Save the Refiner again.")
+        lost = [n for n in files.values() if not (path/n).exists()]
+        if lost: raise FileNotFoundError(f"{path/'refiner.json'} names the data file {lost[0]}, which is not in {path}: the bundle is "
+                                         "incomplete (a copy cut short, or a refiner.json from another bundle). Copy the whole folder, or save the Refiner again.")
         protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
         try: net = load_embedder(path/files['embedder'], base=base)
         except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
