@@ -33,12 +33,13 @@ def _full_scale(dtype) -> float:
 # %% ../nbs/05_inputs.ipynb #c00ab111
 def _raw_hwc(a: np.ndarray):
     "A raw integer image (H,W), (H,W,C) or (B,H,W,C) as an integer (B,3,H,W) tensor view, and its full-scale value."
-    scale = _full_scale(a.dtype)
+    scale, given = _full_scale(a.dtype), a.shape
     if a.dtype != np.uint8: a = a.astype(np.int32)                    # 16 bits, either byte order: torch has few uint16 kernels
     if a.ndim == 2: a = a[..., None]
     if a.ndim == 3: a = a[None]
     if a.ndim != 4 or a.shape[-1] not in (1, 3, 4):
-        raise ValueError(f"A raw image must be (H,W), (H,W,3), (H,W,4) or (B,H,W,3); got shape {a.shape}.")
+        hint = " It is channels-first: pass a.transpose(1, 2, 0), or a torch tensor (3,H,W)." if len(given) == 3 and given[0] in (1, 3, 4) else ''
+        raise ValueError(f"A raw image must be (H,W), (H,W,3), (H,W,4) or (B,H,W,3); got shape {given}.{hint}")
     with warnings.catch_warnings():                   # a read-only array (np.asarray of a PIL image) is only read: no warning
         warnings.filterwarnings('ignore', 'The given NumPy array is not writable')
         t = torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)

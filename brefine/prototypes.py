@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_prototypes.ipynb #5daba0f2
 from __future__ import annotations
-import math, re
+import math, os, re
 from pathlib import Path
 import numpy as np
 import torch
@@ -57,6 +57,15 @@ def _norm_pair(mean, std) -> tuple:
         raise ValueError(f"mean and std go together: got only the {'mean' if std is None else 'std'}. Pass both (e.g. imagenet_stats), or neither for images already normalised.")
     return mean, std
 
+# %% ../nbs/04_prototypes.ipynb #32bcb7e5
+def _pixel_counts(counts) -> torch.Tensor:
+    "`counts`, numbers of band pixels, as int64; refused when one is not a whole number (never truncated)."
+    c = torch.as_tensor(counts)
+    if (c.is_floating_point() or c.is_complex()) and not torch.equal(c, c.real.round() if c.is_complex() else c.round()):
+        raise ValueError(f"counts are numbers of band pixels and must be whole numbers, got {c[c != c.round()][0].item()}: "
+                         "pass the counts the extraction gave (Prototypes.counts).")
+    return c.real.to(torch.int64) if c.is_complex() else c.to(torch.int64)
+
 # %% ../nbs/04_prototypes.ipynb #3a220752
 PROTOTYPES_FORMAT = 'brefine.prototypes'
 PROTOTYPES_VERSION = 1
@@ -72,7 +81,7 @@ class Prototypes:
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
                  ignore_index: int|None = None,
                  fingerprint: str|None = None):  # `embedder_fingerprint` of the embedder that made the vectors; None: unknown
-        vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), torch.as_tensor(counts, dtype=torch.int64)
+        vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), _pixel_counts(counts)
         if vectors.ndim != 2 or 0 in vectors.shape: raise ValueError(f"Prototype vectors must be (classes, emb_dim), at least one of each, got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
             raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got shape {tuple(counts.shape)}.")
@@ -144,6 +153,7 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
 @patch
 def save(self: Prototypes, path) -> Path:
     "Write the prototypes to `path` atomically (the old file survives a crash mid-write)."
+    if not isinstance(path, (str, os.PathLike)): raise TypeError(f"path must be a file path (a str or Path), got {path!r:.80} ({type(path).__name__}).")
     return atomic_save(_proto_state(self), path)
 
 # %% ../nbs/04_prototypes.ipynb #21425773

@@ -13,7 +13,7 @@ except ImportError: fcntl = None
 from .core import atomic_write, _write_error, _model_of, _as_device, _with_digest, _check_digest, _DIGEST_KEY
 import numpy as np
 from .shared_backbone import BaseModelNeeded
-from .embedder_io import save_embedder, load_embedder
+from .embedder_io import save_embedder, load_embedder, embedder_fingerprint
 from .prototypes import Prototypes, EmbedderMismatch
 from .refine import RefineSettings, _check_protos, _settings, refine_predict
 from .calibration import calibrate
@@ -22,7 +22,7 @@ from .calibration import calibrate
 __all__ = ['REFINER_FORMAT', 'REFINER_VERSION', 'Refiner']
 
 # %% ../nbs/06b_refiner.ipynb #352a41fa
-REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 4
+REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 5   # 5: the prototypes record their embedder's fingerprint
 _SETTING_NAMES = tuple(f.name for f in fields(RefineSettings))
 
 class Refiner(GetAttr):
@@ -164,6 +164,20 @@ def _bundle_path(path) -> Path:
         raise TypeError(f"path must be the folder of a Refiner bundle (a str or Path), got {path!r} ({type(path).__name__}).")
     return Path(path)
 
+# %% ../nbs/06b_refiner.ipynb #17dd14ba
+def _bound_prototypes(protos: Prototypes, embedder) -> Prototypes:
+    "`protos` recording the fingerprint of `embedder`, the one they are used with: as they are when they record one (checked when paired)."
+    fp = protos.fingerprint or embedder_fingerprint(embedder)
+    return protos if fp == protos.fingerprint else Prototypes(protos.vectors, protos.counts, protos.names, protos.train_radius,
+                                                              protos.mean, protos.std, protos.ignore_index, fp)
+
+def _check_bound(protos: Prototypes, version: int, fname) -> Prototypes:
+    "`protos` read from the file `fname` of a bundle of format `version`; from format 5 on, refused when they record no embedder."
+    if version >= 5 and protos.fingerprint is None:
+        raise ValueError(f"{fname} records no embedder, but a bundle saves its prototypes with the fingerprint of its embedder: this "
+                         "file was replaced by prototypes from elsewhere. Save the Refiner again with the prototypes of its embedder.")
+    return protos
+
 # %% ../nbs/06b_refiner.ipynb #d949f995
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
@@ -183,7 +197,7 @@ def save(self: Refiner, path, overwrite: bool = True) -> Path:
         files = {'embedder': f'embedder-{tag}.pt', 'prototypes': f'prototypes-{tag}.pt'}
         try:
             save_embedder(self.embedder, path/files['embedder'])
-            self.prototypes.save(path/files['prototypes'])
+            _bound_prototypes(self.prototypes, self.embedder).save(path/files['prototypes'])
             with atomic_write(path/'refiner.json', 'w', tag=tag) as f:  # the switch: from here on the folder is the new bundle
                 json.dump(_with_digest(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings))), f, indent=1)
         except BaseException:
@@ -221,7 +235,7 @@ def load(cls: Refiner, path, device=None, base=None) -> Refiner:
         lost = [n for n in files.values() if not (path/n).exists()]
         if lost: raise FileNotFoundError(f"{path/'refiner.json'} names the data file {lost[0]}, which is not in {path}: the bundle is "
                                          "incomplete (a copy cut short, or a refiner.json from another bundle). Copy the whole folder, or save the Refiner again.")
-        protos = Prototypes.load(path/files['prototypes'])              # first: the embedder may need a `base` that comes later
+        protos = _check_bound(Prototypes.load(path/files['prototypes']), settings['version'], path/files['prototypes'])
         try: net = load_embedder(path/files['embedder'], base=base)
         except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
     if device is not None: net.to(device)

@@ -231,6 +231,11 @@ def _state_dict(fname) -> dict:
     sd = safe_load(fname, 'weights to start from')
     for k in ('model', 'state_dict'):
         if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
+    kind = str(sd.get('format', '')) if isinstance(sd, dict) else ''
+    if kind.startswith('brefine.') or not (isinstance(sd, dict) and any(torch.is_tensor(v) and v.ndim > 1 for v in sd.values())):
+        what = f"a brefine {kind.removeprefix('brefine.')} file" if kind.startswith('brefine.') else f"no weights ({type(sd).__name__})"
+        raise ValueError(f"init_from {fname} holds {what}, not a state dict of a model's weights: pass the file of "
+                         "torch.save(model.state_dict(), FILE) or fastai's learn.save.")
     return sd
 
 # %% ../nbs/04a_training.ipynb #d782a911
