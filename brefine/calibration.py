@@ -197,7 +197,7 @@ def calibrate(embedder,                       # the embedder (or Learner)
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               max_seconds: float|None = None, # the most post-processing time per image a chosen setting may take, as timed here (None: any)
               search: str = 'staged',         # 'staged': every setting on a screen of the images, the best on all; 'exhaustive': every setting on all
-              screen_every: int = 8,          # staged: the screen is every `screen_every`-th image, the first included
+              screen_every: int = 10,         # staged: the screen is every `screen_every`-th image, the first included
               finalists: float = 0.03,        # staged: the share of the settings, best on the screen, then scored on every image
               progress: bool = True) -> dict: # progress bars, with the time left, for the embedder's pass and each stage of the search
     "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`), each row saying on how many images it was measured."
