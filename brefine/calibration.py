@@ -147,11 +147,12 @@ def _search_rule(search: str, screen_every, finalists) -> tuple:
     "(the screen's step, the finalists' share), checked: every image and every setting for an exhaustive `search`."
     if search not in SEARCHES: raise ValueError(f"search must be one of {', '.join(map(repr, SEARCHES))}, got {search!r}.")
     every = as_int(screen_every, 'screen_every', 1, hint=" The staged search scores every setting on every screen_every-th image.")
-    share = as_float(finalists, 'finalists', 0, 1, hint=" It is the share of the settings scored on every image after the screen.")
+    share = as_float(finalists, 'finalists', 0, 1, hint=" It is the share of the settings scored on every image.")
     return (1, 1.) if search == 'exhaustive' else (every, share)
 
 # %% ../nbs/06a_calibration.ipynb #b1c2d3e4
-def _finalists(sums: list, secs: list, n_images: int, rank, max_seconds, share: float, n_classes: int, ignore_index) -> list:
+def _finalists(sums: list, secs: list, n_images: int, rank, max_seconds, share: float, n_classes: int,
+               ignore_index) -> list:
     "The rows to score on every image after the screen, in table order: the base (0) and the best `share` of the others (at least `MIN_FINALISTS`) by `rank` of their statistics `sums` on the `n_images` of the screen, among those whose time there (`secs`, summed) fits `max_seconds`."
     key = lambda i: rank(*_bf_miou_of(sums[i], n_classes, ignore_index))
     fits = [i for i in range(1, len(sums)) if max_seconds is None or secs[i] / n_images <= max_seconds]
@@ -163,16 +164,16 @@ def _total(stats: list) -> dict: return functools.reduce(_add_stats, stats, None
 def _search(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index, every: int, share: float,
             rank, max_seconds, progress: bool) -> tuple:
     "(statistics, seconds per image, images measured on) of each setting in `tried`: all of them on every `every`-th image (the screen), then the finalists (`_finalists`) on the other images too."
-    N, screen, rest = len(cache), [i for i in range(len(cache)) if i % every == 0], [i for i in range(len(cache)) if i % every]
+    N = len(cache); screen, rest = [i for i in range(N) if i % every == 0], [i for i in range(N) if i % every]
     on = lambda ix: ([cache[i] for i in ix], [gts[i] for i in ix])
     say = lambda k, ix: (f'{k} settings on {len(ix)} images' + (f' of {N}' if len(ix) < N else '')) if progress else None
+    score = lambda ix, rows, **kw: _score_settings(*on(ix), rows, prototypes, tolerance, ignore_index, say(len(rows), ix), **kw)
     if not rest:
-        sums, secs = _score_settings(cache, gts, tried, prototypes, tolerance, ignore_index, say(len(tried), screen))
+        sums, secs = score(screen, tried)
         return sums, [t / N for t in secs], [N] * len(tried)
-    per, secs = _score_settings(*on(screen), tried, prototypes, tolerance, ignore_index, say(len(tried), screen), each=True)
-    images, n = [len(screen)] * len(tried), prototypes.n_classes
+    (per, secs), images, n = score(screen, tried, each=True), [len(screen)] * len(tried), prototypes.n_classes
     final = _finalists([_total(p) for p in per], secs, len(screen), rank, max_seconds, share, n, ignore_index)
-    more = _score_settings(*on(rest), [tried[i] for i in final], prototypes, tolerance, ignore_index, say(len(final), rest), each=True)
+    more = score(rest, [tried[i] for i in final], each=True)
     for i, m, t in zip(final, *more):
         by_image = dict(zip(screen, per[i])) | dict(zip(rest, m))
         per[i], secs[i], images[i] = [by_image[j] for j in range(N)], secs[i] + t, N
@@ -211,7 +212,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
     tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr, ps) for r, k, t, a, v, gr in
                                          itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)
                                          for ps in (passes if gr is not None else (RefineSettings.passes,))]   # passes: only with grey
-    sums, secs, seen = _search(cache, gts_, tried, prototypes, tolerance, ignore_index, every, share, rank, limit, progress)
+    sums, secs, seen = _search(cache, gts_, tried, prototypes, tolerance, ignore_index, every, share, rank, limit,
+                               progress)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t, images=m)
             for s, st, t, m in zip(tried, sums, secs, seen)]
     return best_setting(rows, objective, max_seconds)
