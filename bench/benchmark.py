@@ -474,7 +474,8 @@ def run(args, argv, dest):
         for im in vimgs: t = time.perf_counter(); vprobs.append(base_probs_of(base, im)); vbase_s += (time.perf_counter() - t) / len(vimgs)
     ref, budget = Refiner(embedder, protos), None if args.post_budget is None else args.post_budget * vbase_s
     with stage('val: brefine calibrate'):
-        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, **(QUICK_CAL if args.quick else {}))
+        cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, search='exhaustive',
+                            **(QUICK_CAL if args.quick else {}))   # every row on every image: the budgets and ablations below choose from it
         log(f'  brefine {ref.settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}; {len(cal["table"])} settings'
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')

@@ -3,7 +3,9 @@
 Both versions calibrate the same inputs: each validation image's embedding and base probabilities, computed once and
 handed to both (`calibrate` takes the base scores; the embedder given to it returns the stored embedding). The record
 says how long each took, on how many settings and images, and whether the two chose the same settings with the same
-validation scores and gave the same table (`same_choice`, `same_table`).
+validation scores (`same_choice`), and whether the rows this version measured on every image have the earlier version's
+scores (`same_full_rows`; with the staged search, the default, the other rows were measured on the screen only, so
+`same_table` compares the whole tables, which only an exhaustive search on both sides can make equal).
 
 Inputs:
 - `--models DIR`: the base model and calibrated `Refiner` that `bench/benchmark.py` cached in DIR (`load_cached`), on the
@@ -30,6 +32,7 @@ def parse_args(argv=None):
     p.add_argument('--models', type=Path, default=None, help="bench/benchmark.py's model cache (default: synthetic inputs)")
     p.add_argument('--images', type=int, default=None, help='the first N validation images (default: all)')
     p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--search', default=None, help="this version's calibrate(search=...) (default: its own default)")
     p.add_argument('--record', action='store_true', help='write bench/results/calibrate.json and add it to the manifest')
     a = p.parse_args(argv)
     a.data, a.quick = B.DATA/B.DATA_DIRS[a.dataset], False
@@ -74,13 +77,13 @@ def real(ds, files, models):
             imgs.append(img); gts.append(gt); probs.append(B.base_probs_of(base, img)); embs.append(ref.embedder(x))
     return imgs, probs, gts, embs, ref.prototypes.vectors
 
-def run_version(v, inputs, ds, vectors):
-    "`calibrate` of the version `v` of brefine (its package, whose top level every version exports the names from) on `inputs`: (seconds, result)."
+def run_version(v, inputs, ds, vectors, **kwargs):
+    "`calibrate` of the version `v` of brefine (its package, whose top level every version exports the names from) on `inputs`, with `kwargs`: (seconds, result)."
     import torch
     imgs, probs, gts, embs = inputs
     protos = v.Prototypes(vectors, torch.full((len(vectors),), 100), train_radius=3, mean=B.IMAGENET_MEAN, std=B.IMAGENET_STD)
     t = time.perf_counter()
-    cal = v.calibrate(Stored(embs), protos, imgs, probs, gts, ignore_index=ds.void, progress=False)
+    cal = v.calibrate(Stored(embs), protos, imgs, probs, gts, ignore_index=ds.void, progress=False, **kwargs)
     return time.perf_counter() - t, cal
 
 def main(argv=None):
@@ -96,13 +99,17 @@ def main(argv=None):
     B.log(f'{len(files)} {ds.name} val images; calibrating with {a.before} ...')
     t_before, cal_before = run_version(before, inputs, ds, vectors)
     B.log(f'{a.before}: {t_before:.1f} s; now ...')
-    t_now, cal_now = run_version(brefine, inputs, ds, vectors)
+    t_now, cal_now = run_version(brefine, inputs, ds, vectors, **({} if a.search is None else dict(search=a.search)))
     B.log(f'now: {t_now:.1f} s')
-    strip = lambda t: [{k: v for k, v in r.items() if k != 'seconds'} for r in t]
+    strip = lambda t: [{k: v for k, v in r.items() if k not in ('seconds', 'images')} for r in t]
+    pairs = zip(strip(cal_now['table']), strip(cal_before['table']), cal_now['table'])
+    full = [(x, y) for x, y, r in pairs if r.get('images', len(files)) == len(files)]    # the rows measured on every image
+    same_full = len(cal_now['table']) == len(cal_before['table']) and all(x == y for x, y in full)
     same_choice = (cal_now['settings'].__dict__ == cal_before['settings'].__dict__
                    and (cal_now['boundary_f1'], cal_now['miou']) == (cal_before['boundary_f1'], cal_before['miou']))
     res = dict(seconds=round(t_now, 1), seconds_before=round(t_before, 1), before=a.before, n_settings=len(cal_now['table']),
-               n_images=len(files), same_choice=same_choice, same_table=strip(cal_now['table']) == strip(cal_before['table']),
+               n_images=len(files), same_choice=same_choice, same_full_rows=same_full, n_full_rows=len(full),
+               same_table=strip(cal_now['table']) == strip(cal_before['table']), search=a.search or 'default',
                chosen=cal_now['settings'].__dict__, val_boundary_f1=cal_now['boundary_f1'], val_miou=cal_now['miou'],
                inputs='models in ' + str(a.models) if a.models else 'synthetic', dataset=ds.name, threads=a.threads, **started)
     print(json.dumps(res, indent=1))

@@ -42,7 +42,8 @@ def answers(dataset: str, cache: Path, every: int, out: Path, quick: bool = Fals
     for i, s in enumerate(GREY_SETTINGS if grey else []):
         maps[f'grey setting {i}'] = flat(refine_predict(im, p.numpy(), emb, protos, **s) for im, p in zip(imgs, probs))
     greys = dict(greys=(None, 10.) if grey else (None,)) if has_greys else {}
-    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **greys)
+    every = dict(search='exhaustive') if 'search' in inspect.signature(calibrate).parameters else {}   # every row on every image
+    cal = calibrate(emb, protos, list(imgs), probs, list(gts), ignore_index=ds.void, progress=False, **GRID, **greys, **every)
     np.savez_compressed(f'{out}.npz', **maps)
     Path(f'{out}.json').write_text(json.dumps([[r['boundary_f1'], r['miou']] for r in cal['table']]))
 

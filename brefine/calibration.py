@@ -4,14 +4,14 @@
 
 # %% ../nbs/06a_calibration.ipynb #b9e0bdf9
 from __future__ import annotations
-import itertools, time
+import functools, itertools, math, time
 from dataclasses import asdict, fields
 import numpy as np
 import torch
 from fastprogress.fastprogress import progress_bar
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
-from .core import to_numpy, as_float, _model_of, _device_of
+from .core import to_numpy, as_int, as_float, _model_of, _device_of
 from .prototypes import Prototypes
 from .inputs import prepare_image, _evaluating
 from .vote import grey_levels
@@ -19,7 +19,7 @@ from .refine import RefineSettings, _base_answer, _candidates, _check_protos, _d
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'best_setting', 'calibrate']
+__all__ = ['OBJECTIVES', 'SEARCHES', 'MIN_FINALISTS', 'best_setting', 'calibrate']
 
 # %% ../nbs/06a_calibration.ipynb #08cf10d8
 def _as_list(o, n=None):
@@ -42,6 +42,13 @@ def _timed(f, *args) -> tuple:
     _wait_for_gpu(); t = time.perf_counter(); r = f(*args); _wait_for_gpu()
     return r, time.perf_counter() - t
 
+# %% ../nbs/06a_calibration.ipynb #8ee57b30
+def _bar(items: list, comment: str|None):
+    "`items`, shown as they are gone through by a progress bar (with the time left) that says `comment`; None: no bar."
+    if comment is None: return items
+    bar = progress_bar(items, leave=False); bar.comment = comment
+    return bar
+
 # %% ../nbs/06a_calibration.ipynb #4329c380
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
     "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy."
@@ -57,21 +64,22 @@ def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, g
                                   "images with their scores (or the base model as `probs`) and ground truths.")
     cache, dev = [], _device_of(model)
     with torch.inference_mode():
-        for im, sc in zip(progress_bar(imgs, leave=False) if progress else imgs, scores):
+        for im, sc in zip(_bar(imgs, 'embedding the images' if progress else None), scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
             p, emb = _scores_and_embedding(model, sc, x, False)
             cache.append((emb, p, *(_timed(grey_levels, x, prototypes.mean, prototypes.std) if grey else (None, 0.))))
     return cache, gts_
 
 # %% ../nbs/06a_calibration.ipynb #a58c1c28
-def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index) -> tuple:
-    "For each setting in `tried`: the metrics' statistics summed over the images of `cache` (from `_calibration_inputs`) and `gts`, and its post-processing seconds per image (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision)."
+def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index,
+                    progress: str|None = None, each: bool = False) -> tuple:
+    "For each setting in `tried`: the metrics' statistics (with `each`, a list of them, one per image) and its post-processing seconds (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision), summed over the images of `cache` (from `_calibration_inputs`) and `gts`; a progress bar saying `progress` unless it is None."
     n, groups = prototypes.n_classes, {}     # (radius, gate, top-N) -> (alpha, vote, grey) -> {passes: index}: what each step shares
     for i, s in enumerate(tried):
         groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[s.passes if s.grey is not None else 1] = i
-    sums, secs = [None] * len(tried), [0.] * len(tried)
+    sums, secs = [[] if each else None for _ in tried], [0.] * len(tried)
     with torch.inference_mode():
-        for (e, p, lv, t_lv), g in zip(cache, gts):
+        for (e, p, lv, t_lv), g in _bar(list(zip(cache, gts)), progress):
             a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
             truth = _TruthScorer(g, n, tolerance, ignore_index).rebase(to_numpy(a[0][0]))   # each setting recounted where it differs from the base
             for sub in groups.values():
@@ -84,9 +92,10 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
                     for k in range(1, max(by_passes) + 1):                  # labels after pass k, each timed from the start
                         out, t_k = _timed(next, steps); t += t_k
                         if k not in by_passes: continue
-                        secs[by_passes[k]] += t
-                        sums[by_passes[k]] = _add_stats(sums[by_passes[k]], truth.stats(out[0]))
-    return sums, [t / max(len(cache), 1) for t in secs]
+                        j, st = by_passes[k], truth.stats(out[0]); secs[j] += t
+                        if each: sums[j].append(st)
+                        else: sums[j] = _add_stats(sums[j], st)
+    return sums, secs
 
 # %% ../nbs/06a_calibration.ipynb #2024e5a9
 def _choice_rule(objective: str, max_seconds) -> tuple:
@@ -101,12 +110,24 @@ def _settings_of(row: dict) -> RefineSettings:
     "The `RefineSettings` of a row of the calibration table."
     return RefineSettings(**{f.name: row[f.name] for f in fields(RefineSettings)})
 
+# %% ../nbs/06a_calibration.ipynb #c0a1e5d2
+def _is_count(m) -> bool: return isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m > 0
+
+def _images_checked(table: list) -> int|None:
+    "On how many images the base answer (`table`'s first row) was measured (None: no row says, as in tables without `images`), after checking each row's count: a whole number from 1 to that."
+    if not any('images' in r for r in table): return None
+    n = table[0].get('images')
+    bad = [r.get('images') for r in table if not (_is_count(n) and _is_count(r.get('images')) and r['images'] <= n)]
+    if bad: raise ValueError(f"table's rows must each say on how many images they were measured (`images`): a whole number from 1 to the "
+                             f"first row's (the base answer, measured on every image), as calibrate(...)['table'] gives them; got {bad[0]!r}.")
+    return n
+
 # %% ../nbs/06a_calibration.ipynb #3cec1bef
-def best_setting(table: list,                   # calibrate's table: one row per setting (its fields, boundary_f1, miou, seconds), the base answer first
+def best_setting(table: list,                   # calibrate's table: one row per setting (its fields, boundary_f1, miou, seconds, images), the base answer first
                  objective: str = 'mean',       # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
                  max_seconds: float|None = None # the most post-processing time per image a chosen setting may take (None: any)
                 ) -> dict:
-    "The choice `calibrate` makes from its `table`: the row `objective` ranks highest among the base answer and the settings that took at most `max_seconds` (the first of equals, so the base unless a setting beats it), as `calibrate` returns it."
+    "The choice `calibrate` makes from its `table`: the row `objective` ranks highest among the base answer and the settings measured on as many images as it (`images`; every row where the table does not say) that took at most `max_seconds` (the first of equals, so the base unless a setting beats it), as `calibrate` returns it."
     rank, max_seconds = _choice_rule(objective, max_seconds)
     need = [f.name for f in fields(RefineSettings)] + ['boundary_f1', 'miou', 'seconds']
     if not isinstance(table, (list, tuple)) or not table or not all(isinstance(r, dict) for r in table):
@@ -116,10 +137,50 @@ def best_setting(table: list,                   # calibrate's table: one row per
     if lacking: raise ValueError(f"table's rows must hold {', '.join(need)}, as calibrate(...)['table'] gives them; a row lacks {', '.join(lacking)}.")
     if table[0]['top_n'] != 1: raise ValueError(f"table's first row must be the base answer (top_n=1), which is always allowed, as in "
                                                 f"calibrate(...)['table'], got top_n={table[0]['top_n']!r}: keep the first row when choosing among some rows.")
-    fits = [r for r in table[1:] if max_seconds is None or r['seconds'] <= max_seconds]
+    n_all = _images_checked(table)                                       # rows measured on fewer images are never chosen
+    fits = [r for r in table[1:] if r.get('images') == n_all and (max_seconds is None or r['seconds'] <= max_seconds)]
     best = max(table[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
     return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'], miou=best['miou'], seconds=best['seconds'],
                 base_boundary_f1=table[0]['boundary_f1'], base_miou=table[0]['miou'], table=table)
+
+# %% ../nbs/06a_calibration.ipynb #a7c8d9e0
+SEARCHES, MIN_FINALISTS = ('staged', 'exhaustive'), 16
+
+def _search_rule(search: str, screen_every, finalists) -> tuple:
+    "(the screen's step, the finalists' share), checked: every image and every setting for an exhaustive `search`."
+    if search not in SEARCHES: raise ValueError(f"search must be one of {', '.join(map(repr, SEARCHES))}, got {search!r}.")
+    every = as_int(screen_every, 'screen_every', 1, hint=" The staged search scores every setting on every screen_every-th image.")
+    share = as_float(finalists, 'finalists', 0, 1, hint=" It is the share of the settings scored on every image.")
+    return (1, 1.) if search == 'exhaustive' else (every, share)
+
+# %% ../nbs/06a_calibration.ipynb #b1c2d3e4
+def _finalists(sums: list, secs: list, n_images: int, rank, max_seconds, share: float, n_classes: int,
+               ignore_index) -> list:
+    "The rows to score on every image after the screen, in table order: the base (0) and the best `share` of the others (at least `MIN_FINALISTS`) by `rank` of their statistics `sums` on the `n_images` of the screen, among those whose time there (`secs`, summed) fits `max_seconds`."
+    key = lambda i: rank(*_bf_miou_of(sums[i], n_classes, ignore_index))
+    fits = [i for i in range(1, len(sums)) if max_seconds is None or secs[i] / n_images <= max_seconds]
+    return [0] + sorted(sorted(fits, key=key, reverse=True)[:max(MIN_FINALISTS, math.ceil(share * (len(sums) - 1)))])
+
+# %% ../nbs/06a_calibration.ipynb #c5d6e7f8
+def _total(stats: list) -> dict: return functools.reduce(_add_stats, stats, None)   # in image order: the same floating-point sums
+
+def _search(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index, every: int, share: float,
+            rank, max_seconds, progress: bool) -> tuple:
+    "(statistics, seconds per image, images measured on) of each setting in `tried`: all of them on every `every`-th image (the screen), then the finalists (`_finalists`) on the other images too."
+    N = len(cache); screen, rest = [i for i in range(N) if i % every == 0], [i for i in range(N) if i % every]
+    on = lambda ix: ([cache[i] for i in ix], [gts[i] for i in ix])
+    say = lambda k, ix: (f'{k} settings on {len(ix)} images' + (f' of {N}' if len(ix) < N else '')) if progress else None
+    score = lambda ix, rows, **kw: _score_settings(*on(ix), rows, prototypes, tolerance, ignore_index, say(len(rows), ix), **kw)
+    if not rest:
+        sums, secs = score(screen, tried)
+        return sums, [t / N for t in secs], [N] * len(tried)
+    (per, secs), images, n = score(screen, tried, each=True), [len(screen)] * len(tried), prototypes.n_classes
+    final = _finalists([_total(p) for p in per], secs, len(screen), rank, max_seconds, share, n, ignore_index)
+    more = score(rest, [tried[i] for i in final], each=True)
+    for i, m, t in zip(final, *more):
+        by_image = dict(zip(screen, per[i])) | dict(zip(rest, m))
+        per[i], secs[i], images[i] = [by_image[j] for j in range(N)], secs[i] + t, N
+    return [_total(p) for p in per], [t / m for t, m in zip(secs, images)], images
 
 # %% ../nbs/06a_calibration.ipynb #b79e1157
 def _check_grids(**grids):
@@ -147,9 +208,13 @@ def calibrate(embedder,                       # the embedder (or Learner)
               ignore_index: int|None = None,  # void label in `gts`
               objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
               max_seconds: float|None = None, # the most post-processing time per image a chosen setting may take, as timed here (None: any)
-              progress: bool = True) -> dict:
-    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`)."
-    _choice_rule(objective, max_seconds)                                  # checked before any work
+              search: str = 'staged',         # 'staged': every setting on a screen of the images, the best on all; 'exhaustive': every setting on all
+              screen_every: int = 10,         # staged: the screen is every `screen_every`-th image, the first included
+              finalists: float = 0.03,        # staged: the share of the settings, best on the screen, then scored on every image
+              progress: bool = True) -> dict: # progress bars, with the time left, for the embedder's pass and each stage of the search
+    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`), each row saying on how many images it was measured."
+    rank, limit = _choice_rule(objective, max_seconds)                   # checked before any work
+    every, share = _search_rule(search, screen_every, finalists)
     _check_grids(radii=radii, top_ns=top_ns, taus=taus, alphas=alphas, votes=votes, greys=greys)
     model = _model_of(embedder)
     with _evaluating(model):                                             # in eval mode; its own mode back after
@@ -159,7 +224,8 @@ def calibrate(embedder,                       # the embedder (or Learner)
     tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr, ps) for r, k, t, a, v, gr in
                                          itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)
                                          for ps in (passes if gr is not None else (RefineSettings.passes,))]   # passes: only with grey
-    sums, secs = _score_settings(cache, gts_, tried, prototypes, tolerance, ignore_index)
-    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t)
-            for s, st, t in zip(tried, sums, secs)]
+    sums, secs, seen = _search(cache, gts_, tried, prototypes, tolerance, ignore_index, every, share, rank, limit,
+                               progress)
+    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t, images=m)
+            for s, st, t, m in zip(tried, sums, secs, seen)]
     return best_setting(rows, objective, max_seconds)

@@ -18,7 +18,7 @@ from .embedder_io import load_embedder
 from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, _check_stats, TrainConfig, _resumed_config, _CheckedByAll, _processes, _share, _total
 from .prototypes import EmbedderMismatch, Prototypes
 from .refine import RefineSettings
-from .calibration import OBJECTIVES
+from .calibration import OBJECTIVES, SEARCHES
 from .refiner import Refiner
 from .evaluation import FIGURES, evaluate as _evaluate
 from .demo import run_demo
@@ -556,11 +556,13 @@ def calibrate(images: str,               # folder of validation images (or one i
               void: int = None,          # label value of void pixels in the ground truth (CamVid: 11)
               objective: str = 'mean',   # what the settings maximise: mean (of boundary F and mIoU), boundary_f1 or miou (the other breaking ties)
               max_seconds: float = None, # the most post-processing time per image a chosen setting may take, timed here (default: any)
+              search: str = 'staged',    # staged: every setting on every 10th image, the best 3% on all (minutes); exhaustive: every setting on all
               force: bool = False):      # replace the bundle at OUT (never an input)
     "Choose the refinement settings on validation images and ground truth; write a bundle for `refine --bundle`."
     _ints(void=(void, 0))
     if objective not in OBJECTIVES: raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}.")
     if max_seconds is not None: as_float(max_seconds, '--max_seconds', 0, hint=" It is seconds of post-processing per image.")
+    if search not in SEARCHES: raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}.")
     given = _BaseModelOptions(learner, model, weights)
     files, sfs = _refine_inputs(Path(images), scores, given)
     gt_files, out = _ground_truth(Path(gts), files), Path(out)
@@ -575,7 +577,7 @@ def calibrate(images: str,               # folder of validation images (or one i
     dev = default_device()
     base = None if base is None else _base_model(base, ref, bundle or checkpoint).to(dev)
     res = ref.to(dev).calibrate(list(imgs), base if base is not None else list(probs), labels, ignore_index=void,
-                                objective=objective, max_seconds=max_seconds)
+                                objective=objective, max_seconds=max_seconds, search=search)
     ref.save(out)
     print(f"chose {res['settings']} on {len(files)} images: boundary F {res['base_boundary_f1']:.4f} -> {res['boundary_f1']:.4f}, "
           f"mIoU {res['base_miou']:.4f} -> {res['miou']:.4f}\nwrote {out}")

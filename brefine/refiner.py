@@ -45,7 +45,7 @@ class Refiner(GetAttr):
         return refine_predict(img, probs, self.embedder, self.prototypes, self.settings)
 
     def calibrate(self, images, probs, gts, **kwargs) -> dict:
-        "Choose the settings on validation data with `calibrate`, keep them, and return its report."
+        "Choose the settings on validation data with `calibrate` (its staged search unless `search='exhaustive'`), keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
         self.settings = res['settings']
         return res
