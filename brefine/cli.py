@@ -380,10 +380,10 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
         raise ValueError("--bundle DIR holds its own embedder and prototypes: pass either --bundle, or --checkpoint with --protos, not both.")
     try:
         p = None if bundle else Prototypes.load(protos)                  # first, as Refiner.load does: they come with BaseModelNeeded
-        if p is not None and p.fingerprint is None:
+        ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
+        if p is not None and p.fingerprint is None:                     # after both files are read: a bad one is named first
             raise ValueError(f"--protos {protos} records no embedder, so it cannot be checked against --checkpoint {checkpoint}: make the "
                              f"prototypes of this checkpoint with `brefine prototypes {checkpoint} DATA`, which records it.")
-        ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
     except BaseModelNeeded as e:
         if later: _options(options, (e.prototypes if p is None else p).n_classes, pal); return None
         raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "

@@ -19,7 +19,7 @@ from .data import dls_from_folders
 from .embedder import FUSIONS
 from .embedder_io import check_embedder_state, embedder_from_state, embedder_state
 from .learner import refine_learner
-from .prototypes import extract_prototypes
+from .prototypes import extract_prototypes, _class_names, _norm_pair
 
 # %% auto #0
 __all__ = ['BASE_OPTIONS', 'RESUME_FREE', 'plain_tree', 'rng_states', 'set_rng_states', 'save_checkpoint', 'load_checkpoint',
@@ -83,6 +83,30 @@ def save_checkpoint(learn, path, epoch: int, n_epochs: int, meta: dict,
     return atomic_save(dict(embedder_state(learn.model), opt=opt, rng=rngs[0], rng_ranks=rngs, epoch=epoch, n_epochs=n_epochs,
                             meta=plain_tree(meta)), path)
 
+# %% ../nbs/04a_training.ipynb #0cca3431
+def _whole(v, lo: int = 0) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+def _training_state_flaw(ck: dict) -> str|None:
+    "What is wrong with the training state of checkpoint `ck` (epochs, and meta: classes, void, radius, statistics, flags), or None."
+    m = ck['meta']
+    if not (_whole(ck.get('n_epochs'), 1) and _whole(ck.get('epoch')) and ck['epoch'] <= ck['n_epochs']):
+        return f"its epochs ({ck.get('epoch')!r} of {ck.get('n_epochs')!r}) are not whole numbers within the run"
+    try: _class_names(m.get('codes'), len(m.get('codes') or ())); _norm_pair(m.get('mean'), m.get('std'))
+    except (TypeError, ValueError) as e: return str(e).split(':')[0]
+    if not m.get('codes'): return "it names no classes"
+    for k, ok in dict(void=m.get('void') is None or _whole(m.get('void')), radius=_whole(m.get('radius')), seed=_whole(m.get('seed', 0)),
+                      bf16=isinstance(m.get('bf16', False), bool), feature_views=m.get('feature_views') is None or _whole(m['feature_views'], 1),
+                      config=isinstance(m.get('config', {}), dict)).items():
+        if not ok: return f"its {k} is {m.get(k)!r}"
+    return None
+
+# %% ../nbs/04a_training.ipynb #7214bc0f
+def _check_training_state(ck: dict, path) -> dict:
+    "`ck`, read from `path`, once its training state is one `train_embedder` can continue; else a ValueError naming the file."
+    flaw = _training_state_flaw(ck)
+    if flaw: raise ValueError(f"{path} is a damaged checkpoint: {flaw}. Resume from an intact copy, or train again.")
+    return ck
+
 # %% ../nbs/04a_training.ipynb #ed32add5
 def load_checkpoint(path) -> dict:
     "Read a checkpoint written by `save_checkpoint`, validating it; never executes code from the file."
@@ -90,7 +114,7 @@ def load_checkpoint(path) -> dict:
     if 'epoch' not in ck or not isinstance(ck.get('meta'), dict):
         raise ValueError(f"{path} holds an embedder but no training state (epoch, classes, band radius): it was not written by "
                          "`brefine train`. Load it with `load_embedder`.")
-    return ck
+    return _check_training_state(ck, path)
 
 # %% ../nbs/04a_training.ipynb #d095bf65
 def _own_rng_states(ck) -> dict:
@@ -341,6 +365,11 @@ class TrainConfig:
             if getattr(self, k) is not None: put(k, as_int(getattr(self, k), k, lo))
         put('lr', as_float(self.lr, 'lr', 0)); put('margin', as_float(self.margin, 'margin', 0))
         if self.fusion is not None and self.fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}.")
+        for k in ('backbone', 'init_from', 'low', 'high'):
+            v = getattr(self, k)
+            if v is not None and not isinstance(v, (str, os.PathLike)): raise TypeError(f"{k} must be a name (a string), got {v!r} ({type(v).__name__}).")
+        for k in ('pretrained', 'bf16'):
+            if not isinstance(getattr(self, k), (bool, np.bool_)): raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}.")
 
     def base_options(self) -> dict:
         "The options that go with a base model or against one (`BASE_OPTIONS`), as `_check_base_options` reads them."
@@ -381,7 +410,7 @@ def _resumed_data(ck, out, codes, void) -> tuple:
                          "give none to resume it.")
     if void is not None and void != m['void']:
         raise ValueError(f"the void label given ({void!r}) is not the one the run in {out} trains with ({m['void']!r}): give none to resume it.")
-    return m['codes'], m['void']
+    return m['codes'], m.get('void')
 
 # %% ../nbs/04a_training.ipynb #1433c6aa
 def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)

@@ -172,3 +172,63 @@ def test_a_mutated_embedder_file_loads_as_saved_or_is_refused(saved, tmp_path, d
     if what == 'refused' or embedder_fingerprint(net) == saved['fingerprint']: return   # the saved embedder: its config and weights
     assert crafted, 'a damaged embedder file loaded as another embedder'
     assert _faithful_embedder(net, content), 'a crafted embedder file was read as something it does not say'
+
+# --- a training checkpoint -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+    "A run of two epochs stopped after the first, as `brefine train --stop_after 1` leaves it, on a tiny synthetic folder."
+    from brefine.data import make_synthetic_folder, SYNTH_CODES
+    from brefine.training import train_embedder
+    d = tmp_path_factory.mktemp('run')
+    data = make_synthetic_folder(d/'data', n_train=2, n_valid=1, size=(32, 32))
+    return train_embedder(data, d/'run.pt', SYNTH_CODES, backbone='mobilenet_v2', emb_dim=4, epochs=2, bs=2, lr=1e-3, stop_after=1)
+
+def _resume_reads(f) -> tuple:
+    "What `brefine train --resume` reads from the checkpoint `f` before it trains: the run's options, classes, void label, epochs."
+    from brefine.training import load_checkpoint, _resumed_config, _resumed_data
+    ck = load_checkpoint(f)
+    return _resumed_config(ck, f, {}), _resumed_data(ck, f, None, None), ck['epoch'], ck['n_epochs']
+
+def _says(content: dict) -> tuple:
+    "What a crafted checkpoint `content` says: the same reading, done by hand."
+    from brefine.training import TrainConfig, RESUME_FREE
+    m = content['meta']
+    kept = {k: v for k, v in (m.get('config') or {}).items() if k not in RESUME_FREE}
+    c = TrainConfig(**dict(kept, radius=m['radius'], epochs=content['n_epochs'], bf16=m.get('bf16', False), feature_views=m.get('feature_views')))
+    return c, (m['codes'], m.get('void')), content['epoch'], content['n_epochs']
+
+@given(data=st.data())
+@SETTINGS
+def test_a_mutated_checkpoint_resumes_as_saved_or_is_refused(checkpoint, tmp_path, data):
+    "A checkpoint damaged or tampered with -- its epochs, classes, void label, radius, statistics, options (`meta['config']`) or weights -- resumes as saved, is read as exactly what it says, or is refused naming the file."
+    f, raw, saved = tmp_path/'run.pt', checkpoint.read_bytes(), _resume_reads(checkpoint)
+    if data.draw(st.booleans(), label='bytes'):
+        content, crafted = None, False
+        f.write_bytes(_damaged(raw, data.draw(byte_damage(len(raw)), label='damage')))
+    else:
+        d = torch.load(checkpoint, weights_only=True)
+        if data.draw(st.booleans(), label='options'):                   # meta['config'], a dict two levels down
+            cfg, _ = _tampered(d['meta']['config'], data.draw(tampering(d['meta']['config']), label='tampering'))
+            content = dict(d, meta=dict(d['meta'], config=cfg))
+            if data.draw(st.booleans(), label='no digest'): content.pop(_DIGEST_KEY, None)
+            crafted = _DIGEST_KEY not in content
+        else: content, crafted = _tampered(d, data.draw(tampering(d), label='tampering'))
+        torch.save(content, f)
+    what, r = _outcome(lambda: _resume_reads(f), f)
+    event(f"{'crafted' if crafted else 'damaged'}: {what}")
+    if what == 'refused' or r == saved: return
+    assert crafted, 'a damaged checkpoint resumed as another run'
+    assert r == _says(content), 'a crafted checkpoint was read as something it does not say'
+
+# --- parts swapped between bundles -----------------------------------------------------------------------------------------
+
+def test_parts_swapped_between_bundles_are_refused(saved, tmp_path):
+    "A bundle whose embedder or prototypes file is another bundle's (another embedder, same architecture) is refused, naming a file."
+    other = EmbeddingNet('mobilenet_v2', emb_dim=4, aspp_dim=8, decoder_dim=8, pretrained=False).eval()
+    theirs = Refiner(other, Prototypes(torch.randn(3, 4), torch.tensor([5, 7, 9]), fingerprint=embedder_fingerprint(other))).save(tmp_path/'other')
+    ours = json.loads((saved['bundle']/'refiner.json').read_text())['files']
+    for part in ('embedder', 'prototypes'):
+        b = _bundle_with(saved, tmp_path, ours[part], lambda p: shutil.copy(next(theirs.glob(f'{part}-*.pt')), p))
+        with pytest.raises(DOCUMENTED) as e: Refiner.load(b)
+        assert str(b) in str(e.value), e.value

@@ -152,7 +152,7 @@ def test_resume_on_the_gpu(dls, tmp_path):
     set_seed(0); learn = refine_learner(dls, **kw)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-3)
     assert {v.device.type for st in learn.opt.state.values() for v in st.values() if torch.is_tensor(v)} == {'cuda'}
-    save_checkpoint(learn, tmp_path/'ck.pt', 1, 2, dict(codes=SYNTH_CODES))
+    save_checkpoint(learn, tmp_path/'ck.pt', 1, 2, dict(codes=SYNTH_CODES, void=None, radius=3))
     again = refine_learner(dls, **kw)
     assert resume_learner(again, tmp_path/'ck.pt') == 1
     with again.no_bar(), again.no_logging(): again.fit_one_cycle(2, 1e-3, start_epoch=1)

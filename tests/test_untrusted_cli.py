@@ -11,7 +11,7 @@ from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder
 from brefine.refiner import Refiner
 from brefine.embedder import EmbeddingNet
-from brefine.embedder_io import embedder_state
+from brefine.embedder_io import embedder_state, embedder_fingerprint
 from brefine.prototypes import Prototypes
 
 
@@ -26,9 +26,10 @@ def world(tmp_path_factory):
     "A bundle, a checkpoint, prototypes, two images with scores, a tiny data folder, and malicious files of each kind."
     d = tmp_path_factory.mktemp('untrusted')
     net = EmbeddingNet('mobilenet_v2', emb_dim=8, pretrained=False).eval()
-    protos = Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3)
+    protos = Prototypes(torch.randn(4, 8), torch.full((4,), 9), train_radius=2, mean=(0.5,) * 3, std=(0.25,) * 3,
+                        fingerprint=embedder_fingerprint(net))
     Refiner(net, protos).save(d/'bundle')
-    atomic_save(dict(embedder_state(net), epoch=1, n_epochs=1, meta={}), d/'emb.pt')
+    atomic_save(dict(embedder_state(net), epoch=1, n_epochs=1, meta=dict(codes=list('abcd'), void=None, radius=2)), d/'emb.pt')
     protos.save(d/'protos.pt')
     (d/'img').mkdir(); (d/'scores').mkdir()
     rng = np.random.default_rng(0)
