@@ -4,6 +4,7 @@
 
 # %% ../nbs/07a_files.ipynb #7be51ac8
 from __future__ import annotations
+import contextlib
 from pathlib import Path
 import numpy as np
 import torch
@@ -195,3 +196,25 @@ def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np
     if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' classes 0..{n_classes - 1}" +
                                    ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
     return a
+
+# %% ../nbs/07a_files.ipynb #80d030c5
+def _file_key(p) -> list:
+    "What identifies the file `p`: its resolved path, and its device and inode when it exists (hard links, case-insensitive names)."
+    p = Path(p); keys = [p.resolve()]
+    with contextlib.suppress(OSError): st = p.stat(); keys.append((st.st_dev, st.st_ino))
+    return keys
+
+# %% ../nbs/07a_files.ipynb #88a59369
+def _check_out(out: Path, force: bool, inputs=(), flag: str = '--out'):
+    "Refuse to write `out` (given as `flag`) when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
+    ins = {k: p for p in inputs if p for k in _file_key(p)}
+    hit = next((ins[k] for k in _file_key(out) if k in ins), None)
+    if hit is not None: raise ValueError(f"{flag} {out} is the input {hit}: brefine never overwrites its inputs, even with --force. "
+                                         "Write to another file.")
+    if out.exists() and not force: raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
+
+# %% ../nbs/07a_files.ipynb #e4d9a82b
+def _data_files(data: Path) -> list:
+    "The files in the data folder `data` and its sub-folders (images, masks, codes.txt): what training and prototypes read."
+    if not data.is_dir(): return []
+    return [f for d in (data, *(p for p in data.iterdir() if p.is_dir())) for f in d.iterdir() if f.is_file()]
