@@ -10,9 +10,10 @@ __all__ = []
 import warnings
 with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
-    from brefine import core, band, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation
+    from brefine import core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation
 from .core import *
 from .band import *
+from .images import *
 from .data import *
 from .datasets import *
 from .backbones import *
@@ -31,4 +32,4 @@ from .metrics import *
 from .calibration import *
 from .refiner import *
 from .evaluation import *
-__all__ = [name for m in (core, band, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation) for name in m.__all__]
+__all__ = [name for m in (core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, training, prototypes, inputs, vote, refine, metrics, calibration, refiner, evaluation) for name in m.__all__]

@@ -12,127 +12,19 @@ import numpy as np
 import cv2
 import torch
 import matplotlib.colors
-from PIL import Image, UnidentifiedImageError
 from fastai.torch_core import TensorImage, TensorMask, show_image
 from fastai.data.transforms import (Transform, ItemTransform, IntToFloatTensor, Normalize, get_image_files,
                                     FuncSplitter, RandomSplitter)
 from fastai.data.block import TransformBlock, DataBlock
-from fastai.vision.core import PILBase, PILImage, PILMask, AddMaskCodes, image2tensor, imagenet_stats
+from fastai.vision.core import PILBase, PILMask, AddMaskCodes, image2tensor, imagenet_stats
 from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_transforms
 from torchvision.transforms.functional import gaussian_blur
 from .band import batch_band, TRAIN_RADIUS
+from .images import _link_loop, _header, _open_image, _open_mask
 
 # %% auto #0
-__all__ = ['IMAGE_FORMATS', 'SYNTH_CODES', 'CAMVID_CODES', 'ImageFormatError', 'ImageTooLargeError', 'open_image_file',
-           'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock', 'synthetic_scene',
-           'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func']
-
-# %% ../nbs/02_data.ipynb #d5589131
-IMAGE_FORMATS = ('PNG', 'JPEG', 'BMP', 'TIFF', 'WEBP', 'GIF', 'PPM')   # the image formats brefine opens (PPM: also PGM and PBM)
-
-class ImageFormatError(ValueError):
-    "An image file that brefine does not open: not of a format of `IMAGE_FORMATS`, too corrupt to tell, or too large to decode safely."
-
-# %% ../nbs/02_data.ipynb #bf58f4ea
-class ImageTooLargeError(ImageFormatError):
-    "An image file of more pixels than PIL's limit against decompression bombs (`PIL.Image.MAX_IMAGE_PIXELS`)."
-
-# %% ../nbs/02_data.ipynb #8aec0ada
-def _link_loop(fn, what: str = 'image') -> FileNotFoundError:
-    "The error for the file `fn` (a `what`) that is a symbolic link leading back to itself."
-    return FileNotFoundError(f"cannot read {what} {fn}: it is a symbolic link that leads back to itself (a loop of links), so to "
-                             "no file. Point the link at the image file, or replace it by the file.")
-
-# %% ../nbs/02_data.ipynb #ee3b9ce9
-def _exif_turned(im: Image.Image) -> bool:
-    "Whether the EXIF data of the JPEG, TIFF or WebP image `im` asks for it to be rotated or flipped when shown (a file too damaged to tell: no, its reader says why)."
-    if im.format not in ('JPEG', 'TIFF', 'WEBP'): return False
-    try: return im.getexif().get(0x0112, 1) not in (1, None)
-    except Exception: return False
-
-def open_image_file(fn, what: str = 'image') -> Image.Image:
-    "The image file `fn` opened by PIL (pixels not read yet) when its content is of one of `IMAGE_FORMATS`, whatever its name, and of at most `PIL.Image.MAX_IMAGE_PIXELS` pixels."
-    too_large = lambda how_many: ImageTooLargeError(
-        f"cannot read {what} {fn}: it has {how_many} PIL's limit of {Image.MAX_IMAGE_PIXELS} pixels (PIL.Image.MAX_IMAGE_PIXELS), a guard "
-        "against decompression bombs: small files that decode to images too large for memory. If you trust the file, raise "
-        "PIL.Image.MAX_IMAGE_PIXELS; else replace it.")
-    try: im = Image.open(fn, formats=IMAGE_FORMATS)
-    except UnidentifiedImageError:
-        raise ImageFormatError(f"cannot read {what} {fn}: it is not a PNG, JPEG, BMP, TIFF, WebP, GIF or PPM file, the formats "
-                               "brefine opens (judged by the file's content, not its name), or it is corrupt. Convert it to PNG, "
-                               "or replace it.") from None
-    except Image.DecompressionBombError: raise too_large("more pixels than twice") from None
-    except OSError as e:
-        if e.errno != errno.ELOOP: raise
-        raise _link_loop(fn, what) from None
-    if _exif_turned(im):
-        im.close()
-        raise ImageFormatError(f"cannot read {what} {fn}: its EXIF data asks for it to be rotated or flipped when shown (orientation "
-                               "tag), so its stored pixels and what a viewer shows differ, and brefine cannot know which ones your "
-                               "scores and labels were made on. Save it with the rotation applied (PIL.ImageOps.exif_transpose), "
-                               "or without EXIF data.")
-    if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:   # PIL only warns up to twice its limit
-        im.close(); raise too_large(f"{im.width}x{im.height} = {im.width * im.height} pixels, more than")
-    return im
-
-# %% ../nbs/02_data.ipynb #c4acf2ec
-def _load_image(fn, what: str = 'image') -> Image.Image:
-    "The image file `fn` read whole by `open_image_file` (and closed)."
-    with open_image_file(fn, what) as im:
-        im.load(); return im.copy()
-
-# %% ../nbs/02_data.ipynb #c81c8d5c
-def _image_pixels(im: Image.Image, fn) -> Image.Image:
-    "The PIL image `im` (read from `fn`) with 8-bit channels: 16-bit grayscale scaled by 1/257, float refused."
-    if im.mode == 'F':
-        raise ValueError(f"image {fn} has float pixels (PIL mode F), whose scale is unknown: save it as an 8-bit RGB image.")
-    if im.mode not in ('I', 'I;16', 'I;16L', 'I;16B', 'I;16N'): return im
-    a = np.asarray(im)
-    if a.size and (a.min() < 0 or a.max() > 65535):
-        raise ValueError(f"image {fn} has 32-bit pixels outside 0..65535: save it as an 8-bit (or 16-bit) image.")
-    return Image.fromarray((a.astype(np.float32) / 257).round().astype(np.uint8), 'L')
-
-# %% ../nbs/02_data.ipynb #e6ef69ec
-def _mask_pixels(im: Image.Image, fn) -> Image.Image:
-    "The PIL mask `im` (read from `fn`) as an 'L' image of its class indices, or an error that names the file."
-    if im.mode == 'L': return im
-    if im.mode == 'F': raise ValueError(f"mask {fn} has float pixels (PIL mode F): save masks as 8-bit PNGs of class indices.")
-    a = np.asarray(im)                                     # palette: the indices; '1': bool; 16/32-bit: the values
-    if im.mode in ('LA', 'La', 'PA'): a = a[..., 0]
-    elif a.ndim == 3:
-        c = a[..., :3]
-        if (c != c[..., :1]).any():
-            raise ValueError(f"mask {fn} is a colour-coded {im.mode} image: brefine needs masks of class indices. "
-                             "Map each colour to its class index and save the masks as 8-bit grayscale PNGs.")
-        a = c[..., 0]
-    if a.size and (a.min() < 0 or a.max() > 255):
-        raise ValueError(f"mask {fn} holds label {int(a.max() if a.max() > 255 else a.min())}, outside the 0..255 of an 8-bit mask "
-                         "(fastai's masks are 8-bit): renumber the classes below 256 and save the masks as 8-bit PNGs.")
-    return Image.fromarray(a.astype(np.uint8), 'L')
-
-# %% ../nbs/02_data.ipynb #ff68b929
-def _open(cls, fn, what: str):
-    "`cls.create(fn)`; a file is read with `_image_pixels`/`_mask_pixels`, and an unreadable one is an error that names it."
-    if not isinstance(fn, (str, Path)): return cls.create(fn)
-    try: im = _load_image(fn, what)
-    except ImageFormatError:
-        if Path(fn).stat().st_size: raise
-        raise ValueError(f"cannot read the {what} file {fn}: it is empty (0 bytes). Replace it, or remove it with its image or mask.") from None
-    except (OSError, SyntaxError, ValueError) as e:       # PIL on corrupt or truncated files
-        raise ValueError(f"cannot read the {what} file {fn} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no details'}): "
-                         "it is empty, corrupt or truncated. Replace it, or remove it with its image or mask.") from None
-    im = _image_pixels(im, fn) if what == 'image' else _mask_pixels(im, fn)
-    return cls.create(im.convert(cls._open_args['mode']))
-
-# %% ../nbs/02_data.ipynb #2d9798aa
-def _open_image(fn) -> PILImage:
-    "An image file (or array, tensor, PIL image) as a fastai `PILImage`, read by `_open`."
-    return _open(PILImage, fn, 'image')
-
-# %% ../nbs/02_data.ipynb #6e501390
-def _open_mask(fn) -> PILMask:
-    "A mask file (or array, tensor, PIL image) as a fastai `PILMask` of class indices, read by `_open`."
-    return _open(PILMask, fn, 'mask')
+__all__ = ['SYNTH_CODES', 'CAMVID_CODES', 'TensorBand', 'PILBand', 'EdgeMask', 'BandBlock', 'RandomBlur', 'band_dblock',
+           'synthetic_scene', 'make_synthetic_folder', 'dls_from_folders', 'dls_from_label_func']
 
 # %% ../nbs/02_data.ipynb #0372ea16
 class TensorBand(TensorMask):
@@ -335,19 +227,6 @@ class _InFolder:
     "Is the file in a folder named `name`? (a class: picklable)"
     def __init__(self, name): self.name = name
     def __call__(self, f): return Path(f).parent.name == self.name
-
-# %% ../nbs/02_data.ipynb #44b56282
-def _header(f, what: str):
-    "(size, None) from the header of image file `f`, or (None, why it cannot be used): no pixels are decoded."
-    try:
-        with open_image_file(f, what) as im: size, mode = im.size, im.mode
-    except (ImageTooLargeError, FileNotFoundError) as e: return None, str(e)   # as open_image_file says: a bomb, a link to no file
-    except (OSError, SyntaxError, ValueError):
-        if f.stat().st_size == 0: return None, f"{what} {f} is empty (0 bytes)"
-        return None, (f"{what} {f} is not an image file PIL can read in a format brefine opens (PNG, JPEG, BMP, TIFF, WebP, GIF "
-                      "or PPM, judged by its content, not its name): it is corrupt, or of another format")
-    if mode == 'F': return None, f"{what} {f} has float pixels (PIL mode F)"
-    return size, None
 
 # %% ../nbs/02_data.ipynb #7a35b058
 def _common_size(sizes) -> tuple:

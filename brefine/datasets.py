@@ -11,7 +11,8 @@ from fastai.data.transforms import get_image_files, FuncSplitter
 from fastcore.basics import store_attr, patch
 from fastai.data.core import DataLoaders
 from .band import TRAIN_RADIUS
-from .data import CAMVID_CODES, _MaskPath, _common_size, _dataloaders, _items_size, _load_image, _open_image, _split_kwargs, band_dblock, open_image_file
+from .images import _load_image, _open_image, open_image_file
+from .data import CAMVID_CODES, _MaskPath, _common_size, _dataloaders, _items_size, _split_kwargs, band_dblock
 
 # %% auto #0
 __all__ = ['SegData', 'camvid', 'stanford_background']

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from .core import atomic_write, safe_load
-from .data import ImageFormatError, open_image_file
+from .images import ImageFormatError, open_image_file
 
 # %% auto #0
 __all__ = ['IMG_EXTS', 'read_image', 'RefineItems']
