@@ -108,7 +108,7 @@ def main(argv=None):
     from fastai.callback.schedule import ParamScheduler, SchedCos
     from fastai.torch_core import set_seed
     from brefine.core import atomic_save, atomic_write, safe_load
-    from brefine.training import rng_states, set_rng_states, plain_tree
+    from brefine.checkpoints import rng_states, set_rng_states, plain_tree
     importlib.import_module('fastai.callback.schedule')
     if a.export: return export(a)
     stored = restore(a)

@@ -14,7 +14,9 @@ from fastai.torch_core import rank_distrib
 from .core import as_float, as_int, atomic_write, to_numpy, default_device, _model_of
 from .shared_backbone import BaseModelNeeded
 from .embedder_io import load_embedder
-from .training import load_checkpoint, train_embedder, prototypes_from_checkpoint, _say, _check_base_options, TrainConfig, _resumed_config, _CheckedByAll, _processes, _share, _total
+from .processes import _say, _CheckedByAll, _processes, _share, _total
+from .checkpoints import load_checkpoint
+from .training import train_embedder, prototypes_from_checkpoint, _check_base_options, TrainConfig, _resumed_config
 from .prototypes import EmbedderMismatch, Prototypes
 from .refine import RefineSettings
 from .calibration import OBJECTIVES, SEARCHES

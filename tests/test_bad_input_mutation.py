@@ -186,7 +186,8 @@ def checkpoint(tmp_path_factory):
 
 def _resume_reads(f) -> tuple:
     "What `brefine train --resume` reads from the checkpoint `f` before it trains: the run's options, classes, void label, epochs."
-    from brefine.training import load_checkpoint, _resumed_config, _resumed_data
+    from brefine.checkpoints import load_checkpoint
+    from brefine.training import _resumed_config, _resumed_data
     ck = load_checkpoint(f)
     return _resumed_config(ck, f, {}), _resumed_data(ck, f, None, None), ck['epoch'], ck['n_epochs']
 

@@ -147,7 +147,7 @@ def test_embedder_follows_its_base_model_onto_the_gpu(tmp_path):
 
 def test_resume_on_the_gpu(dls, tmp_path):
     "A checkpoint's optimiser moments go where the weights train: resuming a GPU run trains on."
-    from brefine.training import save_checkpoint, resume_learner
+    from brefine.checkpoints import save_checkpoint, resume_learner
     kw = dict(backbone='resnet18', emb_dim=8, pretrained=False, n_triplets=128, path=tmp_path, net_kwargs=dict(aspp_dim=16, decoder_dim=16))
     set_seed(0); learn = refine_learner(dls, **kw)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-3)

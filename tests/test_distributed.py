@@ -43,7 +43,7 @@ def test_two_process_prototypes_equal_one_process(tmp_path, empty_rank):
 # --- the command line under torchrun (2 CPU processes, gloo) ---------------------------------------------------------
 import subprocess, sys, warnings
 from pathlib import Path
-from brefine.training import load_checkpoint
+from brefine.checkpoints import load_checkpoint
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 from brefine.prototypes import Prototypes

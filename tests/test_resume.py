@@ -1,7 +1,7 @@
 """Interrupted training resumes: `brefine train --resume` continues the same run (weights, optimiser, schedule, random states)."""
 import os, signal, subprocess, sys, time
 import pytest, torch
-from brefine.training import load_checkpoint
+from brefine.checkpoints import load_checkpoint
 from brefine.core import atomic_save
 from brefine.data import make_synthetic_folder, SYNTH_CODES
 

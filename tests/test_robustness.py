@@ -2,7 +2,7 @@
 import os, json, signal, subprocess, sys, time, textwrap
 import pytest, torch
 from brefine import Prototypes, Refiner, EmbeddingNet
-from brefine.training import load_checkpoint
+from brefine.checkpoints import load_checkpoint
 
 class Evil:
     def __init__(self, marker): self.marker = marker
