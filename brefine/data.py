@@ -149,6 +149,7 @@ def band_dblock(codes: list,                      # class names (the `MaskBlock`
 SYNTH_CODES = ['background', 'disc', 'box', 'triangle', 'pole', 'wire']
 _SYNTH_MEAN = {0: (120, 130, 95), 1: (190, 120, 70), 2: (190, 120, 70), 3: (70, 100, 170), 4: (120, 130, 95), 5: (45, 45, 55)}
 
+# %% ../nbs/02_data.ipynb #c4654b99
 def _stripes(h, w, rng, period, angle):
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     a = np.deg2rad(angle)
@@ -215,6 +216,7 @@ def make_synthetic_folder(path, n_train: int = 32, n_valid: int = 8, seed: int =
 CAMVID_CODES = ['Sky', 'Building', 'Pole', 'Road', 'Pavement', 'Tree', 'SignSymbol', 'Fence', 'Car', 'Pedestrian',
                 'Bicyclist', 'Void']
 
+# %% ../nbs/02_data.ipynb #e8fc21db
 class _MaskPath:
     "Image file -> the file of the same name in the sibling folder `<folder><suffix>`, or when there is none, of the same name with `.png` (JPEG images, PNG masks) (a class: picklable)."
     def __init__(self, suffix): self.suffix = suffix
@@ -305,6 +307,7 @@ def _check_codes(codes):
     twice = next((c for c in names if names.count(c) > 1), None)
     if twice is not None: raise ValueError(f"codes names {twice!r} twice: each class needs its own name.")
 
+# %% ../nbs/02_data.ipynb #618630d5
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
                      ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
     "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
