@@ -14,7 +14,10 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall. With
   `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
   `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
-  mean squared distance per dimension of the class's training band embeddings to E_c.
+  mean squared distance per dimension of the class's training band embeddings to E_c. With `--fit`, also fusions fitted on
+  the split's own band pixels, two-fold across images (fitted on one half, scored on the other); with `--refit`, also the
+  nearest of prototypes fitted the same way (the class means moved, with a distance scale, alpha and a bias per class, to
+  minimise the cross-entropy of the choice among the top-N), with and without the base's scores.
 - `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey[,passes]] (tau `none`: no gate;
   none given: the bundle's calibrated settings), from base probabilities and embeddings computed once; mIoU, boundary
   F @ 3 px and post-processing milliseconds per image, and the base's scores; `--grey-passes 1 2 3` runs each setting with
@@ -77,6 +80,9 @@ def parse_args(argv=None):
     c.add_argument('--fit', action='store_true', help="also: a fusion fitted on the split's own band pixels, two-fold across images "
                    "(fitted on one half, scored on the other): each candidate's score w_d·(-distance) + w_p·log p + b_class, with one "
                    "distance weight or one per class (conditional logit over the top-N)")
+    c.add_argument('--refit', action='store_true', help="also: prototypes fitted on the split's own band pixels, two-fold across "
+                   "images: each candidate's score -s·|e - P_c|^2 + alpha·log p_c + b_c, P started at the class means (conditional "
+                   "logit over the top-N, L-BFGS); with alpha, and with alpha held at 0 (the embedding alone)")
     c.add_argument('--spread', action='store_true', help="also: the most likely class under an isotropic Gaussian per class (its prototype, and its training band embeddings' spread)")
     s = mk('settings')
     s.add_argument('settings', nargs='*', type=parse_setting, help="radius,top_n,tau,alpha,vote[,grey[,passes]] (none: the bundle's)")
@@ -151,6 +157,7 @@ def choice(a, ds, fs):
     betas = (0.25, 0.5, 1)
     if a.local: rules += [f'local beta={b}' for b in betas] + [f'local beta={b} alpha={x}' for b in betas for x in alphas]
     if a.fit: rules += ['fitted (2-fold)', 'fitted per class (2-fold)']
+    if a.refit: rules += ['refit prototypes (2-fold)', 'refit prototypes alpha (2-fold)']
     right, total, band_px, kept = dict.fromkeys(rules, 0), 0, 0, []
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
     with torch.inference_mode():
@@ -190,13 +197,16 @@ def choice(a, ds, fs):
                     d_l = torch.cdist(fe, torch.where(have, (1 - b) * V + b * L, V)) ** 2
                     picks[f'local beta={b}'] = pick(d_l)
                     for x_ in alphas: picks[f'local beta={b} alpha={x_}'] = pick(d_l - x_ * lp)
-            if a.fit: kept.append((cand, d_e.gather(1, cand), lp.gather(1, cand), g, len(kept) % 2))
+            if a.fit or a.refit:
+                kept.append((cand, d_e.gather(1, cand), lp.gather(1, cand), g, len(kept) % 2) + ((fe,) if a.refit else ()))
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
             total += int(ok.sum())
     if a.fit:
         for k, per_class in (('fitted (2-fold)', False), ('fitted per class (2-fold)', True)): right[k] = fitted_right(kept, n, per_class)
+    if a.refit:
+        for k, with_base in (('refit prototypes (2-fold)', False), ('refit prototypes alpha (2-fold)', True)): right[k] = refit_right(kept, V, with_base)
     print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max: {band_px} labelled band pixels, '
           f'{total} ({total / max(band_px, 1):.3f}) with the truth in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / max(total, 1):.3f}')
@@ -207,13 +217,12 @@ def choice(a, ds, fs):
 def fitted_right(kept: list, n: int, per_class: bool, most: int = 200_000, seed: int = 0) -> int:
     "Band pixels whose truth the fitted fusion picks, two-fold: weights fitted (conditional logit, L-BFGS) on the images of one fold, at most `most` pixels, and scored on the other. `kept`: per image (candidates (K,N), their squared distances (K,N), log-probabilities (K,N), truth (K,), fold)."
     import torch
-    fold = lambda f: [torch.cat(t) for t in zip(*[k[:4] for k in kept if k[4] == f])] if any(k[4] == f for k in kept) else None
     def scores(w, cand, d, lp):
         wd = w[2 + n:][cand] if per_class else w[0]
         return -wd * d + w[1] * lp + w[2:2 + n][cand]
     right = 0
     for f in (0, 1):
-        tr, te = fold(f), fold(1 - f)
+        tr, te = _fold(kept, f), _fold(kept, 1 - f)
         if tr is None or te is None: continue
         g = torch.Generator().manual_seed(seed); i = torch.randperm(len(tr[0]), generator=g)[:most]
         cand, d, lp, y = (t[i] for t in tr)
@@ -228,6 +237,39 @@ def fitted_right(kept: list, n: int, per_class: bool, most: int = 200_000, seed:
         with torch.no_grad():
             cand, d, lp, y = te
             right += int((cand.gather(1, scores(w, cand, d, lp).argmax(1, keepdim=True))[:, 0] == y).sum())
+    return right
+
+def _fold(kept: list, f: int, fields=(0, 1, 2, 3)):
+    "The `fields` of the images of fold `f` in `kept` (whose field 4 is the fold), each concatenated over the images (None if the fold is empty)."
+    import torch
+    rows = [[r[i] for i in fields] for r in kept if r[4] == f]
+    return [torch.cat(t) for t in zip(*rows)] if rows else None
+
+def refit_right(kept: list, V, with_base: bool, most: int = 200_000, seed: int = 0) -> int:
+    "Band pixels whose truth the nearest refitted prototype picks, two-fold: prototypes P (started at `V`), a distance scale, a bias per class and, `with_base`, a weight of the base's log-probabilities, fitted (conditional logit over the candidates, L-BFGS) on the images of one fold, at most `most` pixels, and scored on the other. `kept` as in `fitted_right`, each with the image's band embeddings last."
+    import torch
+    n = len(V)
+    def scores(P, w, cand, lp, fe):
+        d = (fe ** 2).sum(1, keepdim=True) - 2 * torch.einsum('kc,knc->kn', fe, P[cand]) + (P ** 2).sum(1)[cand]
+        return -w[0] * d + (w[1] * lp if with_base else 0) + w[2:][cand]
+    right = 0
+    for f in (0, 1):
+        tr, te = _fold(kept, f, (0, 2, 3, 5)), _fold(kept, 1 - f, (0, 2, 3, 5))
+        if tr is None or te is None: continue
+        g = torch.Generator().manual_seed(seed); i = torch.randperm(len(tr[0]), generator=g)[:most]
+        cand, lp, y, fe = (t[i] for t in tr)
+        target = (cand == y[:, None]).float().argmax(1)
+        P, w = V.clone().requires_grad_(True), torch.zeros(2 + n)
+        w[0], w[1] = 1., 0.3; w.requires_grad_(True)
+        opt = torch.optim.LBFGS([P, w], max_iter=200, line_search_fn='strong_wolfe')
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(scores(P, w, cand, lp, fe), target) + 1e-4 * (w[2:] ** 2).sum()
+            loss.backward(); return loss
+        with torch.enable_grad(): opt.step(closure)
+        with torch.no_grad():
+            cand, lp, y, fe = te
+            right += int((cand.gather(1, scores(P, w, cand, lp, fe).argmax(1, keepdim=True))[:, 0] == y).sum())
     return right
 
 def class_samples(net, ds, radius: int = 3, per_image: int = 2000, seed: int = 0) -> tuple:
