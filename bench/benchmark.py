@@ -41,7 +41,7 @@ To record a run, give it a name: `--record NAME` writes `bench/results/<dataset>
 `--out bench/results` is the data set's headline: it writes `bench/results/<dataset>.json` and the rest there, its log
 in `bench/results/<dataset>/<dataset>.log`, and is recorded the same way.
 
-Usage (from the repository root; data read in place from $BREFINE_DATA, see `brefine.data.camvid` / `stanford_background`):
+Usage (from the repository root; data read in place from $BREFINE_DATA, see `brefine.datasets.camvid` / `stanford_background`):
 
     .venv/bin/python bench/benchmark.py stanford                  # Stanford Background: ~80 min from scratch on 2 cores
     .venv/bin/python bench/benchmark.py camvid                    # CamVid (SegNet split, 360x480): 8 + 32 epochs, ~80 min
