@@ -10,7 +10,8 @@ from pathlib import Path
 from fastcore.basics import patch, GetAttr
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
-from .core import atomic_write, _write_error, _model_of, _as_device, _with_digest, _check_digest, _DIGEST_KEY
+from .core import (atomic_write, _write_error, _model_of, _as_device, _with_digest,
+                          _check_digest, _DIGEST_KEY)
 import numpy as np
 from .shared_backbone import BaseModelNeeded
 from .embedder_io import save_embedder, load_embedder, embedder_fingerprint
@@ -22,22 +23,30 @@ from .calibration import calibrate
 __all__ = ['REFINER_FORMAT', 'REFINER_VERSION', 'Refiner']
 
 # %% ../nbs/06b_refiner.ipynb #352a41fa
-REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 5   # 5: the prototypes record their embedder's fingerprint
+# 5: the prototypes record their embedder's fingerprint
+REFINER_FORMAT, REFINER_VERSION = 'brefine.refiner', 5
 _SETTING_NAMES = tuple(f.name for f in fields(RefineSettings))
 
 class Refiner(GetAttr):
-    "Embedder + prototypes + `RefineSettings`: `Refiner(...)(img, probs_or_model)` refines a prediction."
-    _default, _xtra = 'settings', list(_SETTING_NAMES)                     # ref.top_n etc. read the settings
-    def __init__(self, embedder, prototypes: Prototypes, settings: RefineSettings|None = None, **kwargs):  # kwargs: single settings by name
+    "Embedder + prototypes + `RefineSettings`: `Refiner(...)(img, probs_or_model)` refines."
+    # ref.top_n etc. read the settings
+    _default, _xtra = 'settings', list(_SETTING_NAMES)
+    # kwargs: single settings by name
+    def __init__(self, embedder, prototypes: Prototypes, settings: RefineSettings|None = None,
+                 **kwargs):
         _check_protos(prototypes, prototypes.n_classes if isinstance(prototypes, Prototypes) else 0)
         self.embedder, self.prototypes = _model_of(embedder), prototypes
         self.settings = _settings(settings, kwargs)
 
     def __setattr__(self, k, v):
-        if k in _SETTING_NAMES: k, v = 'settings', replace(self.settings, **{k: v})   # ref.radius = 8: new settings, checked
-        if k == 'settings': _settings(v, {}).for_classes(self.prototypes.n_classes)     # a bad top_n fails now, not at the first call
-        if k == 'prototypes' and 'embedder' in self.__dict__ and isinstance(v, Prototypes): v.check_embedder(self.embedder)
-        if k == 'embedder' and 'prototypes' in self.__dict__: self.prototypes.check_embedder(v)   # parts made together, or refused
+        # ref.radius = 8: new settings, checked
+        if k in _SETTING_NAMES: k, v = 'settings', replace(self.settings, **{k: v})
+        # a bad top_n fails now, not at the first call
+        if k == 'settings': _settings(v, {}).for_classes(self.prototypes.n_classes)
+        if k == 'prototypes' and 'embedder' in self.__dict__ and isinstance(v, Prototypes):
+            v.check_embedder(self.embedder)
+        # parts made together, or refused
+        if k == 'embedder' and 'prototypes' in self.__dict__: self.prototypes.check_embedder(v)
         super().__setattr__(k, v)
 
     def __call__(self, img, probs):
@@ -45,7 +54,7 @@ class Refiner(GetAttr):
         return refine_predict(img, probs, self.embedder, self.prototypes, self.settings)
 
     def calibrate(self, images, probs, gts, **kwargs) -> dict:
-        "Choose the settings on validation data with `calibrate` (its staged search unless `search='exhaustive'`), keep them, and return its report."
+        "Choose the settings on validation data with `calibrate`, keep them, and return its report."
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
         self.settings = res['settings']
         return res
@@ -53,47 +62,66 @@ class Refiner(GetAttr):
     def to(self, device):
         self.embedder.to(_as_device(device)); return self
 
-    def __repr__(self): return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
+    def __repr__(self):
+        return f"Refiner({type(self.embedder).__name__}, {self.prototypes}, {self.settings})"
 
 # %% ../nbs/06b_refiner.ipynb #0f841a46
-_OWN_FILE = re.compile(r'(embedder|prototypes)-[0-9a-f]{16}\.pt')                         # a bundle's data files
-_V1_FILES = {'embedder': 'embedder.pt', 'prototypes': 'prototypes.pt'}                     # bundles of format version 1
+# a bundle's data files
+_OWN_FILE = re.compile(r'(embedder|prototypes)-[0-9a-f]{16}\.pt')
+# bundles of format version 1
+_V1_FILES = {'embedder': 'embedder.pt', 'prototypes': 'prototypes.pt'}
 
 def _read_bundle_json(path: Path) -> tuple:
     "The settings in `path`/refiner.json and the names of the bundle's two data files, validated."
     f = path/'refiner.json'
     try: d = json.loads(f.read_text())
-    except FileNotFoundError: raise ValueError(f"{path} is not a Refiner bundle: refiner.json is missing.") from None
-    except IsADirectoryError: raise ValueError(f"{f} is a folder, not the settings file of a Refiner bundle: save the Refiner again.") from None
-    except (ValueError, RecursionError) as e:                       # bad JSON, bad UTF-8, numbers or nesting beyond Python's limits
-        raise ValueError(f"{f} is corrupt ({type(e).__name__}: {str(e)[:200]}). Save the Refiner again.") from None
-    if not isinstance(d, dict) or d.get('format') != REFINER_FORMAT: raise ValueError(f"{f} is not a brefine Refiner file.")
+    except FileNotFoundError:
+        raise ValueError(f"{path} is not a Refiner bundle: refiner.json is missing.") from None
+    except IsADirectoryError:
+        raise ValueError(f"{f} is a folder, not the settings file of a Refiner bundle: save the "
+                         "Refiner again.") from None
+    # bad JSON, bad UTF-8, numbers or nesting beyond Python's limits
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{f} is corrupt ({type(e).__name__}: {str(e)[:200]}). Save the Refiner "
+                         "again.") from None
+    if not isinstance(d, dict) or d.get('format') != REFINER_FORMAT:
+        raise ValueError(f"{f} is not a brefine Refiner file.")
     v = d.get('version', 0)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"{f} is damaged: its format version is {v!r} ({type(v).__name__}), not a whole number >= 0. Save the Refiner again.")
-    extra = sorted(set(d) - {'format', 'version', 'files', 'min_prob', _DIGEST_KEY, *_SETTING_NAMES}) if v == REFINER_VERSION else []
-    if extra: raise ValueError(f"{f} holds {', '.join(map(repr, extra))}, which is not a setting of a Refiner bundle (those are "
-                               f"{', '.join(_SETTING_NAMES)}): remove it, or correct its name.")
+        raise ValueError(f"{f} is damaged: its format version is {v!r} ({type(v).__name__}), not a "
+                         "whole number >= 0. Save the Refiner again.")
+    extra = sorted(set(d) - {'format', 'version', 'files', 'min_prob', _DIGEST_KEY,
+                             *_SETTING_NAMES}) if v == REFINER_VERSION else []
+    if extra:
+        raise ValueError(f"{f} holds {', '.join(map(repr, extra))}, which is not a setting of a "
+                         f"Refiner bundle (those are {', '.join(_SETTING_NAMES)}): remove it, or "
+                         "correct its name.")
     if v > REFINER_VERSION:
-        raise ValueError(f"{path} was written by a newer brefine (format {v!r}); upgrade: `pip install -U brefine`.")
+        raise ValueError(f"{path} was written by a newer brefine (format {v!r}); upgrade: `pip "
+                         "install -U brefine`.")
     files = d.get('files') if v >= 2 else _V1_FILES
-    if not isinstance(files, dict) or any(not isinstance(files.get(k), str) or not (_OWN_FILE.fullmatch(files[k]) or files[k] == n)
+    if not isinstance(files, dict) or any(not isinstance(files.get(k), str)
+                                          or not (_OWN_FILE.fullmatch(files[k]) or files[k] == n)
                                           for k, n in _V1_FILES.items()):
-        raise ValueError(f"{f} names the data files {files!r}, which are not a bundle's own: it was not written by Refiner.save.")
+        raise ValueError(f"{f} names the data files {files!r}, which are not a bundle's own: it "
+                         "was not written by Refiner.save.")
     return d, files
 
 # %% ../nbs/06b_refiner.ipynb #a5281497
-_LOCK = '.refiner.lock'                            # in a bundle folder: the saves' lock, and their journal
+# in a bundle folder: the saves' lock, and their journal
+_LOCK = '.refiner.lock'
 
 def _claims(entry: str):
-    "The pattern of the file names a journal `entry` claims: a save's token, its data and temporary files; a version-1 name, itself."
+    "The pattern of the file names a journal `entry` claims (a save's token, or a version-1 name)."
     if re.fullmatch(r'[0-9a-f]{16}', entry):
-        return re.compile(rf'(embedder|prototypes)-{entry}\.pt|\.((embedder|prototypes)-{entry}\.pt|refiner\.json\.{entry})\.[a-z0-9_]+\.tmp')
+        return re.compile(rf'(embedder|prototypes)-{entry}\.pt|'
+                          rf'\.((embedder|prototypes)-{entry}\.pt|refiner\.json\.{entry})'
+                          r'\.[a-z0-9_]+\.tmp')
     return re.compile(re.escape(entry)) if entry in _V1_FILES.values() else None
 
 # %% ../nbs/06b_refiner.ipynb #a3c52252
 def _journal(path: Path) -> list:
-    "The entries noted in the journal of the folder `path` (none without one); lines that are not entries are skipped."
+    "The entries noted in the journal of the folder `path` (none without one), others skipped."
     try: text = (path/_LOCK).read_text(errors='replace')
     except OSError: return []
     return [e for e in text.split() if _claims(e) is not None]
@@ -107,44 +135,56 @@ def _claimed(names, entries) -> list:
 # %% ../nbs/06b_refiner.ipynb #f7197905
 @contextlib.contextmanager
 def _locked(path: Path, shared: bool = False):
-    "Hold the lock on the bundle folder `path`: exclusive for a save (made when missing), shared for a load (none when it cannot be opened). Yields its descriptor or None."
-    try: fd = os.open(path/_LOCK, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+    "Lock the bundle folder `path`: exclusive to save, shared to load; yields a descriptor or None."
+    try:
+        fd = os.open(path/_LOCK, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT | os.O_APPEND,
+                     0o666)
     except OSError as e:
         if not shared: raise _write_error(e, path/_LOCK) from None
-        fd = None                                                        # an older bundle, or one in a folder we cannot write
+        # an older bundle, or one in a folder we cannot write
+        fd = None
     try:
-        if fd is not None and fcntl is not None: fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if fd is not None and fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield fd
     finally:
         if fd is not None: os.close(fd)
 
 # %% ../nbs/06b_refiner.ipynb #e21ada2f
 def _note(fd: int, entries: list):
-    "Append `entries` to the journal open at `fd`, durably: before a save writes the files they claim."
+    "Append `entries` durably to the journal at `fd`, before a save writes the files they claim."
     try: os.write(fd, ''.join(e + '\n' for e in entries).encode()); os.fsync(fd)
     except OSError as e: raise _write_error(e, Path(_LOCK)) from None
 
 # %% ../nbs/06b_refiner.ipynb #d153cf79
 def _files_to_replace(path: Path, overwrite: bool) -> list:
-    "The journal entries that claim the files of the bundle in the folder `path` that a save there replaces (none for a new folder); other folders are refused."
+    "The journal entries claiming the files of the bundle in `path` that a save replaces, checked."
     if not path.exists(): return []
-    if not path.is_dir(): raise FileExistsError(f"{path} is a file, not a Refiner bundle folder: choose another path.")
+    if not path.is_dir():
+        raise FileExistsError(f"{path} is a file, not a Refiner bundle folder: choose another "
+                              "path.")
     names = os.listdir(path)
-    if 'refiner.json' not in names:                                     # new, empty, or what killed saves left there
+    # new, empty, or what killed saves left there
+    if 'refiner.json' not in names:
         other = sorted(set(names) - {_LOCK} - set(_claimed(names, _journal(path))))
-        if other: raise FileExistsError(f"{path} is a folder but not a Refiner bundle (it holds {other[0]!r} and no refiner.json); "
-                                        "brefine only replaces its own bundles. Save into a new or empty folder.")
+        if other:
+            raise FileExistsError(f"{path} is a folder but not a Refiner bundle (it holds "
+                                  f"{other[0]!r} and no refiner.json); brefine only replaces its "
+                                  "own bundles. Save into a new or empty folder.")
         return []
     try: _, files = _read_bundle_json(path)
     except ValueError as e:
-        raise FileExistsError(f"{path} does not hold a readable Refiner bundle ({e}) and brefine only replaces its own bundles: "
-                              "save into a new or empty folder.") from None
-    if not overwrite: raise FileExistsError(f"{path} holds a Refiner bundle; pass overwrite=True to replace it.")
-    return sorted({n if n in _V1_FILES.values() else n[-19:-3] for n in files.values()})   # a token, or a version-1 name
+        raise FileExistsError(f"{path} does not hold a readable Refiner bundle ({e}) and brefine "
+                              "only replaces its own bundles: save into a new or empty "
+                              "folder.") from None
+    if not overwrite:
+        raise FileExistsError(f"{path} holds a Refiner bundle; pass overwrite=True to replace it.")
+    # a token, or a version-1 name
+    return sorted({n if n in _V1_FILES.values() else n[-19:-3] for n in files.values()})
 
 # %% ../nbs/06b_refiner.ipynb #32f1117c
 def _fsync_dir(path: Path):
-    "Make the renames inside the folder `path` durable (POSIX; a no-op where folders cannot be opened)."
+    "Make the renames inside the folder `path` durable (POSIX; a no-op where it cannot be opened)."
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try: os.fsync(fd)
@@ -152,7 +192,7 @@ def _fsync_dir(path: Path):
 
 # %% ../nbs/06b_refiner.ipynb #69dd1d51
 def _remove_claimed(path: Path, entries: list, keep=()):
-    "Remove the files in the folder `path` that the journal `entries` claim, except those in `keep`."
+    "Remove the files in the folder `path` that the journal `entries` claim, but those in `keep`."
     for n in _claimed(os.listdir(path), entries):
         if n not in keep:
             with contextlib.suppress(FileNotFoundError): os.unlink(path/n)
@@ -161,88 +201,128 @@ def _remove_claimed(path: Path, entries: list, keep=()):
 def _bundle_path(path) -> Path:
     "`path` (a str or path-like) as a `Path`; else a TypeError naming it."
     if isinstance(path, (bool, int, float)) or not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be the folder of a Refiner bundle (a str or Path), got {path!r} ({type(path).__name__}).")
+        raise TypeError("path must be the folder of a Refiner bundle (a str or Path), got "
+                        f"{path!r} ({type(path).__name__}).")
     return Path(path)
 
 # %% ../nbs/06b_refiner.ipynb #17dd14ba
 def _bound_prototypes(protos: Prototypes, embedder) -> Prototypes:
-    "`protos` recording the fingerprint of `embedder`, the one they are used with: as they are when they record one (checked when paired)."
+    "`protos` recording the fingerprint of `embedder`, as they are when they record one."
     fp = protos.fingerprint or embedder_fingerprint(embedder)
-    return protos if fp == protos.fingerprint else Prototypes(protos.vectors, protos.counts, protos.names, protos.train_radius,
-                                                              protos.mean, protos.std, protos.ignore_index, fp)
+    return protos if fp == protos.fingerprint else Prototypes(
+        protos.vectors, protos.counts, protos.names, protos.train_radius, protos.mean, protos.std,
+        protos.ignore_index, fp)
 
 def _check_bound(protos: Prototypes, version: int, fname) -> Prototypes:
-    "`protos` read from the file `fname` of a bundle of format `version`; from format 5 on, refused when they record no embedder."
+    "`protos` read from the file `fname` of a bundle of format `version` (5+: with an embedder)."
     if version >= 5 and protos.fingerprint is None:
-        raise ValueError(f"{fname} records no embedder, but a bundle saves its prototypes with the fingerprint of its embedder: this "
-                         "file was replaced by prototypes from elsewhere. Save the Refiner again with the prototypes of its embedder.")
+        raise ValueError(f"{fname} records no embedder, but a bundle saves its prototypes with the "
+                         "fingerprint of its embedder: this file was replaced by prototypes from "
+                         "elsewhere. Save the Refiner again with the prototypes of its embedder.")
     return protos
 
 # %% ../nbs/06b_refiner.ipynb #d949f995
 @patch
 def save(self: Refiner, path, overwrite: bool = True) -> Path:
-    "Write the bundle into the folder `path` (new, empty, or a bundle to replace), crash-safely; other files in it are kept."
+    "Write the bundle into the folder `path` (new, empty, or a bundle), crash-safely; others kept."
     path = _bundle_path(path)
-    if not isinstance(overwrite, (bool, np.bool_)): raise TypeError(f"overwrite must be True or False, got {overwrite!r} ({type(overwrite).__name__}).")
+    if not isinstance(overwrite, (bool, np.bool_)):
+        raise TypeError(f"overwrite must be True or False, got {overwrite!r} "
+                        f"({type(overwrite).__name__}).")
     if path.is_symlink() and not path.exists():
-        raise FileNotFoundError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: save into a real folder, or create its target first.")
+        raise FileNotFoundError(f"{path} is a symbolic link to {os.readlink(path)}, which does not "
+                                "exist: save into a real folder, or create its target first.")
     above = next((p for p in path.parents if p.exists()), None)
-    if above is not None and not above.is_dir(): raise NotADirectoryError(f"cannot save a bundle at {path}: {above} is a file, not a folder. Choose another path.")
-    _files_to_replace(path, overwrite)                                  # refused before anything is written
+    if above is not None and not above.is_dir():
+        raise NotADirectoryError(f"cannot save a bundle at {path}: {above} is a file, not a "
+                                 "folder. Choose another path.")
+    # refused before anything is written
+    _files_to_replace(path, overwrite)
     try: path.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise _write_error(e, path) from None
-    with _locked(path) as lock:                                         # checked again: another save may have finished meanwhile
+    # checked again: another save may have finished meanwhile
+    with _locked(path) as lock:
         tag = secrets.token_hex(8)
-        _note(lock, _files_to_replace(path, overwrite) + [tag])         # what the next save may remove should this one die
+        # what the next save may remove should this one die
+        _note(lock, _files_to_replace(path, overwrite) + [tag])
         files = {'embedder': f'embedder-{tag}.pt', 'prototypes': f'prototypes-{tag}.pt'}
         try:
             save_embedder(self.embedder, path/files['embedder'])
             _bound_prototypes(self.prototypes, self.embedder).save(path/files['prototypes'])
-            with atomic_write(path/'refiner.json', 'w', tag=tag) as f:  # the switch: from here on the folder is the new bundle
-                json.dump(_with_digest(dict(format=REFINER_FORMAT, version=REFINER_VERSION, files=files, **asdict(self.settings))), f, indent=1)
+            # the switch: from here on the folder is the new bundle
+            with atomic_write(path/'refiner.json', 'w', tag=tag) as f:
+                json.dump(_with_digest(dict(format=REFINER_FORMAT, version=REFINER_VERSION,
+                                            files=files, **asdict(self.settings))), f, indent=1)
         except BaseException:
             _remove_claimed(path, [tag]); raise
         _fsync_dir(path)
-        _remove_claimed(path, _journal(path), keep=set(files.values()))  # the replaced bundle, and what killed saves left
-        _fsync_dir(path); os.ftruncate(lock, 0)                         # nothing left for the journal to claim
+        # the replaced bundle, and what killed saves left
+        _remove_claimed(path, _journal(path), keep=set(files.values()))
+        # nothing left for the journal to claim
+        _fsync_dir(path); os.ftruncate(lock, 0)
     return path
 
 # %% ../nbs/06b_refiner.ipynb #15ebf968
 def _bundle_near(path: Path) -> str:
-    "Where the Refiner bundle is when `path` is not one but a file of one, or a folder holding one a level down: a sentence to add to an error, or ''."
+    "Where the bundle is when `path` is a file of one or a folder above one: a sentence, or ''."
     if path.is_file() and (path.parent/'refiner.json').is_file():
-        return f" {path} is a file of the bundle in the folder {path.parent}: pass that folder, Refiner.load({str(path.parent)!r})."
+        return (f" {path} is a file of the bundle in the folder {path.parent}: pass that folder, "
+                f"Refiner.load({str(path.parent)!r}).")
     inner = sorted(p.parent for p in path.glob('*/refiner.json')) if path.is_dir() else []
-    if len(inner) == 1: return f" It holds a bundle one level down, in {inner[0]}: pass that folder, Refiner.load({str(inner[0])!r})."
-    return f" It holds {len(inner)} bundles one level down ({', '.join(p.name for p in inner[:3])}{', ...' if len(inner) > 3 else ''}): pass the folder of the one you mean." if inner else ''
+    if len(inner) == 1:
+        return (f" It holds a bundle one level down, in {inner[0]}: pass that folder, "
+                f"Refiner.load({str(inner[0])!r}).")
+    return (f" It holds {len(inner)} bundles one level down "
+            f"({', '.join(p.name for p in inner[:3])}{', ...' if len(inner) > 3 else ''}): "
+            "pass the folder of the one you mean." if inner else '')
 
 # %% ../nbs/06b_refiner.ipynb #814a2729
 @patch(cls_method=True)
 def load(cls: Refiner, path, device=None, base=None) -> Refiner:
-    "Load a bundle written by `Refiner.save` (`base`: the base model whose features its embedder reads, if it is a shared one; `device`: where its embedder goes); never executes code from the files."
-    device, path = None if device is None else _as_device(device), _bundle_path(path)   # a device that cannot be: before anything is read
-    if not path.is_dir(): raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by Refiner.save.{_bundle_near(path)}")
+    "Load a `Refiner.save` bundle on `base` (for a shared embedder) to `device`; never runs code."
+    # a device that cannot be: before anything is read
+    device, path = None if device is None else _as_device(device), _bundle_path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"No Refiner bundle at {path}: expected a folder written by "
+                                f"Refiner.save.{_bundle_near(path)}")
     if not (path/'refiner.json').exists() and (near := _bundle_near(path)):
         raise ValueError(f"{path} is not a Refiner bundle: it has no refiner.json.{near}")
-    with _locked(path, shared=True):                                    # a save into the folder waits until it is read
+    # a save into the folder waits until it is read
+    with _locked(path, shared=True):
         settings, files = _read_bundle_json(path)
-        if settings.get('min_prob', 0) != 0:            # a setting of older versions, off unless chosen by hand
-            raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a setting this version of brefine no "
-                             "longer has: remove it from refiner.json (or calibrate again) and save the bundle anew.")
-        lacks = [k for k in _SETTING_NAMES if k not in settings] if settings.get('version') == REFINER_VERSION else []
-        if lacks: raise ValueError(f"{path/'refiner.json'} lacks the setting {', '.join(lacks)}, which every bundle of format "
-                                   f"{REFINER_VERSION} holds: it is damaged. Save the Refiner again.")
+        # a setting of older versions, off unless chosen by hand
+        if settings.get('min_prob', 0) != 0:
+            raise ValueError(f"{path/'refiner.json'} sets min_prob={settings['min_prob']!r}, a "
+                             "setting this version of brefine no longer has: remove it from "
+                             "refiner.json (or calibrate again) and save the bundle anew.")
+        lacks = [k for k in _SETTING_NAMES
+                 if k not in settings] if settings.get('version') == REFINER_VERSION else []
+        if lacks:
+            raise ValueError(f"{path/'refiner.json'} lacks the setting {', '.join(lacks)}, which "
+                             f"every bundle of format {REFINER_VERSION} holds: it is damaged. Save "
+                             "the Refiner again.")
         lost = [n for n in files.values() if not (path/n).exists()]
-        if lost: raise FileNotFoundError(f"{path/'refiner.json'} names the data file {lost[0]}, which is not in {path}: the bundle is "
-                                         "incomplete (a copy cut short, or a refiner.json from another bundle). Copy the whole folder, or save the Refiner again.")
-        protos = _check_bound(Prototypes.load(path/files['prototypes']), settings['version'], path/files['prototypes'])
+        if lost:
+            raise FileNotFoundError(f"{path/'refiner.json'} names the data file {lost[0]}, which "
+                                    f"is not in {path}: the bundle is incomplete (a copy cut "
+                                    "short, or a refiner.json from another bundle). Copy the whole "
+                                    "folder, or save the Refiner again.")
+        protos = _check_bound(Prototypes.load(path/files['prototypes']), settings['version'],
+                              path/files['prototypes'])
         try: net = load_embedder(path/files['embedder'], base=base)
-        except BaseModelNeeded as e: e.prototypes = protos; raise       # what can be checked before that base is at hand
+        # what can be checked before that base is at hand
+        except BaseModelNeeded as e: e.prototypes = protos; raise
     if device is not None: net.to(device)
-    kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}      # older bundles: newer settings keep their defaults
+    # older bundles: newer settings keep their defaults
+    kw = {k: settings[k] for k in _SETTING_NAMES if k in settings}
     try: ref = cls(net, protos, **kw)
-    except EmbedderMismatch as e: raise e.named(path/files['prototypes'], path/files['embedder']) from None
-    except (TypeError, ValueError) as e: raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None
-    _check_digest(settings, path/'refiner.json', "To change a setting, load the bundle, set it (`ref.radius = 8`) and save it again; "
-                  "to keep an edit made by hand, delete its \"brefine.sha256\" entry.")   # last: a wrong setting is named first
+    except EmbedderMismatch as e:
+        raise e.named(path/files['prototypes'], path/files['embedder']) from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path/'refiner.json'} holds an invalid setting: {e}") from None
+    _check_digest(settings, path/'refiner.json',
+                  "To change a setting, load the bundle, set it (`ref.radius = 8`) and save it "
+                  "again; "
+                  # last: a wrong setting is named first
+                  "to keep an edit made by hand, delete its \"brefine.sha256\" entry.")
     return ref
