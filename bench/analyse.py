@@ -11,7 +11,8 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
 - `choice`: band pixels (radius `--radius` around the base's arg-max, void excluded) whose true class is among the base's
   top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
   often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
-  cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c); per-class recall. With
+  cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c; 0.3, 1, 3 and the bundle's
+  calibrated alpha, which is the recipe's rule); per-class recall. With
   `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
   `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
   mean squared distance per dimension of the class's training band embeddings to E_c. With `--fit`, also fusions fitted on
@@ -147,7 +148,7 @@ def choice(a, ds, fs):
     base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
-    alphas = (0.3, 1, 3)
+    alphas = tuple(sorted({0.3, 1, 3, ref.settings.alpha} - {0}))      # with the bundle's calibrated alpha, the recipe's rule
     rules = ['base', 'euclidean', 'cosine'] + [f'{d} alpha={x}' for d in ('euclidean', 'cosine') for x in alphas]
     samples = class_samples(net, ds) if a.modes or a.spread else None      # once for both probes
     if a.modes: M = class_modes(*samples, a.modes); rules += [f'{a.modes} modes'] + [f'{a.modes} modes alpha={x}' for x in alphas]
@@ -157,7 +158,7 @@ def choice(a, ds, fs):
     betas = (0.25, 0.5, 1)
     if a.local: rules += [f'local beta={b}' for b in betas] + [f'local beta={b} alpha={x}' for b in betas for x in alphas]
     if a.fit: rules += ['fitted (2-fold)', 'fitted per class (2-fold)']
-    if a.refit: rules += ['refit prototypes (2-fold)', 'refit prototypes alpha (2-fold)']
+    if a.refit: rules += ['refit prototypes (2-fold)', 'refit prototypes alpha (2-fold)', 'refit prototypes alpha, no bias (2-fold)']
     right, total, band_px, kept = dict.fromkeys(rules, 0), 0, 0, []
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
     with torch.inference_mode():
@@ -206,7 +207,9 @@ def choice(a, ds, fs):
     if a.fit:
         for k, per_class in (('fitted (2-fold)', False), ('fitted per class (2-fold)', True)): right[k] = fitted_right(kept, n, per_class)
     if a.refit:
-        for k, with_base in (('refit prototypes (2-fold)', False), ('refit prototypes alpha (2-fold)', True)): right[k] = refit_right(kept, V, with_base)
+        for k, with_base, bias in (('refit prototypes (2-fold)', False, True), ('refit prototypes alpha (2-fold)', True, True),
+                                   ('refit prototypes alpha, no bias (2-fold)', True, False)):
+            right[k] = refit_right(kept, V, with_base, bias)
     print(f'{len(fs)} {a.split} images; band radius {a.radius} around the base arg-max: {band_px} labelled band pixels, '
           f'{total} ({total / max(band_px, 1):.3f}) with the truth in the base top-{a.top_n}')
     for k in rules: print(f'  {k:22s} picks the truth {right[k] / max(total, 1):.3f}')
@@ -245,13 +248,13 @@ def _fold(kept: list, f: int, fields=(0, 1, 2, 3)):
     rows = [[r[i] for i in fields] for r in kept if r[4] == f]
     return [torch.cat(t) for t in zip(*rows)] if rows else None
 
-def refit_right(kept: list, V, with_base: bool, most: int = 200_000, seed: int = 0) -> int:
-    "Band pixels whose truth the nearest refitted prototype picks, two-fold: prototypes P (started at `V`), a distance scale, a bias per class and, `with_base`, a weight of the base's log-probabilities, fitted (conditional logit over the candidates, L-BFGS) on the images of one fold, at most `most` pixels, and scored on the other. `kept` as in `fitted_right`, each with the image's band embeddings last."
+def refit_right(kept: list, V, with_base: bool, bias: bool = True, most: int = 200_000, seed: int = 0) -> int:
+    "Band pixels whose truth the nearest refitted prototype picks, two-fold: prototypes P (started at `V`), a distance scale, a bias per class and, `with_base`, a weight of the base's log-probabilities (without `bias`, no bias: the fitted prototypes and alpha are then all a `RefineSettings` and `Prototypes` hold), fitted (conditional logit over the candidates, L-BFGS) on the images of one fold, at most `most` pixels, and scored on the other. `kept` as in `fitted_right`, each with the image's band embeddings last."
     import torch
     n = len(V)
     def scores(P, w, cand, lp, fe):
         d = (fe ** 2).sum(1, keepdim=True) - 2 * torch.einsum('kc,knc->kn', fe, P[cand]) + (P ** 2).sum(1)[cand]
-        return -w[0] * d + (w[1] * lp if with_base else 0) + w[2:][cand]
+        return -w[0] * d + (w[1] * lp if with_base else 0) + (w[2:][cand] if bias else 0)
     right = 0
     for f in (0, 1):
         tr, te = _fold(kept, f, (0, 2, 3, 5)), _fold(kept, 1 - f, (0, 2, 3, 5))

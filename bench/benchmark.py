@@ -540,7 +540,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
+        base_epochs=base_ep if args.base is None else None, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),
@@ -557,7 +557,8 @@ def run(args, argv, dest):
     lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
-             f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, {base_ep} epochs at {ds.train_size()} (best val mIoU kept)',
+             f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, ' + (f'{base_ep} epochs at {ds.train_size()} (best val mIoU kept)'
+                                                                     if args.base is None else f'the weights of `{args.base}`'),
              f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}'
              + ('' if budget is None else f', the best of the settings whose post-processing took at most {args.post_budget:g}x the base forward on val ({1000 * budget:.1f} ms per image)'),
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
