@@ -557,7 +557,7 @@ def run(args, argv, dest):
     lines = [f'# {ds.name}: base vs DenseCRF vs brefine', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
              f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads, DenseCRF 1; {seconds:.0f} s). '
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
-             f'- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, ' + (f'{base_ep} epochs at {ds.train_size()} (best val mIoU kept)'
+             '- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, ' + (f'{base_ep} epochs at {ds.train_size()} (best val mIoU kept)'
                                                                      if args.base is None else f'the weights of `{args.base}`'),
              f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}'
              + ('' if budget is None else f', the best of the settings whose post-processing took at most {args.post_budget:g}x the base forward on val ({1000 * budget:.1f} ms per image)'),
