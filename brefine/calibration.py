@@ -8,18 +8,21 @@ import functools, itertools, math, time
 from dataclasses import asdict, fields
 import numpy as np
 import torch
+import torch.nn.functional as F
 from fastprogress.fastprogress import progress_bar
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
 from .core import to_numpy, as_int, as_float, _model_of, _device_of
+from .band import batch_band
 from .prototypes import Prototypes
 from .inputs import prepare_image, _evaluating
-from .vote import grey_levels
-from .refine import RefineSettings, _base_answer, _candidates, _check_protos, _decisions, _scores_and_embedding
+from .vote import grey_levels, _pixels
+from .refine import (SETTING_LIMITS, RefineSettings, _base_answer, _candidates, _check_protos, _decisions,
+                            _scores_and_embedding, _true_at, _top_n, _sample)
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'SEARCHES', 'MIN_FINALISTS', 'best_setting', 'calibrate']
+__all__ = ['OBJECTIVES', 'SEARCHES', 'MIN_FINALISTS', 'best_setting', 'calibrate', 'fit_prototypes']
 
 # %% ../nbs/06a_calibration.ipynb #08cf10d8
 def _as_list(o, n=None):
@@ -50,17 +53,18 @@ def _bar(items: list, comment: str|None):
     return bar
 
 # %% ../nbs/06a_calibration.ipynb #4329c380
-def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False) -> tuple:
-    "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy."
+def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False,
+                        who: str = 'calibrate') -> tuple:
+    "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy. `who` is the function named in errors."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
     kind = next((g.dtype for g in gts_ if g.dtype.kind not in 'biu'), None)
     if kind is not None: raise TypeError(f"gts must hold integer class indices, got {kind}: for scores take the arg-max over the "
                                          "class axis; for float-coded labels use .astype(int).")
     scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
-        raise ValueError(f"calibrate needs one score map (`probs`) and one ground truth (`gts`) per image (`images`): got {len(imgs)} "
+        raise ValueError(f"{who} needs one score map (`probs`) and one ground truth (`gts`) per image (`images`): got {len(imgs)} "
                          f"images, {len(scores)} score maps, {len(gts_)} ground truths.")
-    if not imgs: raise ValueError("calibrate needs validation images, but `images`, `probs` and `gts` are empty: pass one or more "
+    if not imgs: raise ValueError(f"{who} needs validation images, but `images`, `probs` and `gts` are empty: pass one or more "
                                   "images with their scores (or the base model as `probs`) and ground truths.")
     cache, dev = [], _device_of(model)
     with torch.inference_mode():
@@ -229,3 +233,119 @@ def calibrate(embedder,                       # the embedder (or Learner)
     rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t, images=m)
             for s, st, t, m in zip(tried, sums, secs, seen)]
     return best_setting(rows, objective, max_seconds)
+
+# %% ../nbs/06a_calibration.ipynb #2d3d19ff
+def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, top_n: int, ignore_index,
+                   max_pixels: int, seed: int) -> tuple:
+    "The band pixels `fit_prototypes` fits on: those of the base arg-max's band at `radius` whose truth is among their `top_n` candidates, is not `ignore_index` and has a prototype; at most `max_pixels` of them, drawn at random (seeded by `seed`, reproducibly). Their (embeddings (K,C), candidates (K,N), the candidates' log-probabilities (K,N), the truth's place among them (K,)), or None when there is none; and how many (band pixels, band pixels whose truth is a candidate, those eligible, void band pixels) there were."
+    gen, have, keys, seen = torch.Generator().manual_seed(seed), None, torch.zeros(0), [0, 0, 0, 0]
+    for (e, p, *_), g in zip(cache, gts):
+        (_, M, H, W), dev = p.shape, p.device
+        if tuple(g.shape) != (H, W):
+            raise ValueError(f"gts must be label maps of their images' size: got a ground truth of shape "
+                             f"{tuple(g.shape)} for an image of {H}x{W}; pass the label maps at the images' size.")
+        base, top1, is_p = _base_answer(p)
+        lin = _true_at(batch_band(base, radius))                           # the band, as relabel draws it
+        q = p.transpose(0, 1).reshape(M, -1).gather(1, lin.expand(M, -1))  # (M,K): the band pixels' scores
+        if not is_p: q = q.softmax(0)
+        top_p, cand = _top_n(q, top_n)                                     # (K,N), best first
+        truth = torch.from_numpy(np.ascontiguousarray(g).reshape(-1).astype(np.int64)).to(dev)[lin]
+        hit = cand == truth[:, None]
+        among = hit.any(1)
+        void = truth == ignore_index if ignore_index is not None else torch.zeros_like(among)
+        ok = among & ~void & prototypes.present.to(dev)[truth.clamp(0, M - 1)]
+        for i, n in enumerate((len(lin), among.sum(), ok.sum(), void.sum())): seen[i] += int(n)
+        k = _true_at(ok.cpu()); r = torch.rand(len(k), generator=gen)   # a random key per eligible pixel
+        if len(keys) >= max_pixels: j = _true_at(r < keys.max()); k, r = k[j], r[j]   # full: smaller keys only
+        j = r.argsort(stable=True)[:max_pixels]; k, r = k[j].to(dev), r[j]
+        if not len(k): continue
+        new = (_sample(e, _pixels(lin[k], 1, H, W), (H, W)).t().float(), cand[k],
+               top_p[k].float().clamp_min(1e-12).log(), hit[k].float().argmax(1))
+        have = new if have is None else [torch.cat([a, b.to(a.device)]) for a, b in zip(have, new)]
+        keys = torch.cat([keys, r])
+        if len(keys) > max_pixels:                                         # the smallest keys stay
+            j = keys.argsort(stable=True)[:max_pixels]; keys = keys[j]; have = [t[j.to(t.device)] for t in have]
+    return (None if have is None else [t.clone() for t in have]), seen   # clones: tensors autograd may keep
+
+
+# %% ../nbs/06a_calibration.ipynb #9a257785
+def _choice_scores(P, s, a, e, cand, lp, allowed) -> torch.Tensor:
+    "Scores (K,N) of the choice among the candidates `cand` (K,N) of pixels of embeddings `e` (K,C): `−s·|e − P_c|² + a·log p_c`, short of `s·|e|²`, which every candidate shares; −inf where not `allowed` (a class without a prototype). Its arg-max is `relabel`'s choice with the prototypes `P` and `alpha` = a/s."
+    d = (P * P).sum(1)[cand] - 2 * (e @ P.t()).gather(1, cand)
+    return (a * lp - s * d).masked_fill(~allowed, float('-inf'))
+
+def _fit_choice(V, present, e, cand, lp, y, alpha: float, max_iter: int) -> tuple:
+    "(prototypes P (L,C), s, a) that minimise the cross-entropy of choosing the truth's place `y` among `cand`, by L-BFGS from the class means `V` and the rule of base weight `alpha` (s = exp(t) > 0, a = softplus(u) ≥ 0); rows of classes never allowed among the candidates stay as in `V`."
+    allowed = present.to(cand.device)[cand]
+    d0 = (V * V).sum(1)[cand] - 2 * (e @ V.t()).gather(1, cand)        # the class means' distances set the start's scale
+    gap = (d0[:, 1:] - d0[:, :1]).abs()[allowed[:, 1:] & allowed[:, :1]]
+    s0 = 1 / max(float(gap.mean()) if len(gap) else 1., 1e-6); a0 = max(s0 * alpha, 1e-6)
+    P = V.clone().requires_grad_(True)
+    t = torch.tensor(math.log(s0), device=V.device, requires_grad=True)
+    u = torch.tensor(a0 + math.log(-math.expm1(-a0)), device=V.device, requires_grad=True)   # softplus(u) = a0
+    opt = torch.optim.LBFGS([P, t, u], max_iter=max_iter, line_search_fn='strong_wolfe')
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(_choice_scores(P, t.exp(), F.softplus(u), e, cand, lp, allowed), y)
+        loss.backward(); return loss
+    with torch.enable_grad(): opt.step(closure)
+    s, a = float(t.detach().exp()), float(F.softplus(u.detach()))
+    moved = torch.zeros(len(V), dtype=torch.bool, device=V.device); moved[cand[allowed]] = True
+    P = torch.where(moved[:, None], P.detach(), V)
+    if not (torch.isfinite(P).all() and math.isfinite(s) and math.isfinite(a) and s > 0):
+        raise ValueError(f"fit_prototypes diverged (scale {s:g}, base weight {a:g}): pass a smaller max_iter (got "
+                         f"{max_iter}) or more validation images.")
+    return P, s, a
+
+
+# %% ../nbs/06a_calibration.ipynb #985dc317
+def fit_prototypes(embedder,                      # the embedder (or Learner)
+                   prototypes: Prototypes,        # its prototypes (the class means `extract_prototypes` gives): the start
+                   images,                        # validation images: a list or a batch, as `calibrate` takes them
+                   probs,                         # their base scores (list/batch), or the base model
+                   gts,                           # ground-truth label maps (H,W) per image
+                   *,                             # the rest by name only
+                   ignore_index: int|None = None, # void label in `gts`
+                   radius: int = 18,              # half-width of the band around the base arg-max's boundaries
+                   top_n: int = 3,                # candidate classes per pixel, at least 2
+                   alpha: float = 0.1,            # the base weight to start from: with the class means, the rule "before"
+                   max_pixels: int = 200_000,     # the most band pixels to fit on, drawn at random from those eligible
+                   seed: int = 0,                 # seed of that draw: the same seed, the same pixels and fit
+                   max_iter: int = 200,           # L-BFGS iterations
+                   progress: bool = True,         # a progress bar, with the time left, for the embedder's pass
+                   report: bool = False           # also return a dict: the pixels, the truth's share chosen before/after
+                  ) -> tuple:
+    "(`Prototypes` fitted to `relabel`'s choice on validation data, the base weight `alpha` to use with them): the vectors that, with that weight, pick the truth among the base's top-`top_n` candidates of band pixels most often (in cross-entropy); every other field as in `prototypes`."
+    radius = as_int(radius, 'radius', 0, SETTING_LIMITS['radius'], " It is the band's half-width in pixels, like 18.")
+    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)          # a TypeError naming it
+    n = prototypes.n_classes
+    top_n = as_int(top_n, 'top_n', 2, n, f" The fit needs 2 or more candidates among the {n} classes to choose from.")
+    alpha = as_float(alpha, 'alpha', 0, SETTING_LIMITS['alpha'], " alpha weighs the base log-probability; 0.1 to 1 are usual.")
+    max_pixels, seed = as_int(max_pixels, 'max_pixels', 1, hint=" like 200_000."), as_int(seed, 'seed')
+    max_iter = as_int(max_iter, 'max_iter', 1, hint=" It counts L-BFGS iterations, like 200.")
+    model = _model_of(embedder)
+    with _evaluating(model):                                             # in eval mode; its own mode back after
+        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, who='fit_prototypes')
+    for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
+    rows, (band, among, eligible, void) = _choice_pixels(cache, gts_, prototypes, radius, top_n, ignore_index,
+                                                         max_pixels, seed)
+    if rows is None:
+        voids = f" ({void} of them void, ignore_index={ignore_index})" if void else ""
+        why = (f"the base answer has no boundary in any of the {len(cache)} images" if not band else
+               f"none of the {band} band pixels has its truth (`gts`) among the base's top-{top_n} classes{voids}"
+               if not among else f"the {among} band pixels whose truth is among the base's top-{top_n} classes are all "
+               f"void (ignore_index={ignore_index}) or of classes without a prototype (counts 0)")
+        raise ValueError(f"fit_prototypes found no band pixel to fit on: {why}. Pass validation images whose base answer "
+                         "has boundaries, with their ground truths (`gts`); a larger `radius` or `top_n` takes in more.")
+    e, cand, lp, y = rows
+    V, present = prototypes.vectors.to(e.device, torch.float32), prototypes.present.to(e.device)
+    P, s, a = _fit_choice(V, present, e, cand, lp, y, alpha, max_iter)
+    fitted = Prototypes(P.to(prototypes.vectors.device), prototypes.counts, prototypes.names, prototypes.train_radius,
+                        prototypes.mean, prototypes.std, prototypes.ignore_index, prototypes.fingerprint)
+    new_alpha = min(a / s, SETTING_LIMITS['alpha'])
+    if not report: return fitted, new_alpha
+    with torch.no_grad():                                                # the share of the truth chosen, as relabel does
+        right = lambda P, al: float((_choice_scores(P, 1., al, e, cand, lp, present[cand]).argmax(1) == y).float().mean())
+        return fitted, new_alpha, dict(alpha=new_alpha, pixels=len(y), eligible=eligible, band_pixels=band,
+                                       accuracy_before=right(V, alpha), accuracy_after=right(P, new_alpha))
+

@@ -17,7 +17,7 @@ from .shared_backbone import BaseModelNeeded
 from .embedder_io import save_embedder, load_embedder, embedder_fingerprint
 from .prototypes import Prototypes, EmbedderMismatch
 from .refine import RefineSettings, _check_protos, _settings, refine_predict
-from .calibration import calibrate
+from .calibration import calibrate, fit_prototypes
 
 # %% auto #0
 __all__ = ['REFINER_FORMAT', 'REFINER_VERSION', 'Refiner']
@@ -58,6 +58,15 @@ class Refiner(GetAttr):
         res = calibrate(self.embedder, self.prototypes, images, probs, gts, **kwargs)
         self.settings = res['settings']
         return res
+
+    def fit_prototypes(self, images, probs, gts, **kwargs) -> dict:
+        "Fit the prototypes and `alpha` on validation data (`fit_prototypes`), keep them; a report."
+        # from the bundle's alpha unless told
+        kwargs = {'alpha': self.settings.alpha, **kwargs, 'report': True}
+        protos, alpha, rep = fit_prototypes(self.embedder, self.prototypes, images, probs, gts,
+                                            **kwargs)
+        self.prototypes, self.alpha = protos, alpha
+        return rep
 
     def to(self, device):
         self.embedder.to(_as_device(device)); return self
