@@ -26,6 +26,10 @@ One recipe for every data set (nothing is set by hand for one of them):
    boundary F @ 3 px, trimap IoU @ 5 px, and seconds per image of the base forward, DenseCRF and brefine (embedder
    forward + post-processing, each from the raw image).
 
+`--fit-prototypes` adds a step between 2 and 3: the prototypes fitted to the choice on the validation images
+(`fit_prototypes`: the class means moved so that, with a fitted base weight, the nearest picks the truth among the top N
+most often), the fitted base weight added to the calibration grid's.
+
 `--post-budget F` restricts step 3 to the settings whose post-processing took at most F times the base forward, both
 timed on the validation images (`calibrate(..., max_seconds=)`): the best trade within a cost.
 
@@ -51,7 +55,7 @@ Usage (from the repository root; data read in place from $BREFINE_DATA, see `bre
 Needs `pip install pydensecrf2` (builds from source with gcc in about a minute).
 """
 from __future__ import annotations
-import argparse, contextlib, importlib, importlib.util, json, os, shutil, sys, time, itertools
+import argparse, contextlib, importlib, importlib.util, inspect, json, os, shutil, sys, time, itertools
 from pathlib import Path
 from record import RESULTS, in_results, provenance, record, tee_stdout
 
@@ -144,6 +148,9 @@ def parse_args(argv=None):
                    help="the base model's weights (a state dict of this benchmark's base model, e.g. bench/converge.py's "
                         "base_converge_best.pth) instead of training it for the short budget; the cache defaults to "
                         "bench/out/<dataset>_cache_<FILE's name>")
+    p.add_argument('--fit-prototypes', action='store_true',
+                   help="fit the prototypes to the choice on the validation images (`fit_prototypes`) before calibrating; "
+                        "the grid's base weights then include the fitted one")
     p.add_argument('--ablation', action='store_true',
                    help="also score, with settings chosen on val: the vote alone (over the base's answer, no embedder), the "
                         "prototypes alone (no vote), and the oracle (band pixels take the true class when it is among the top-N)")
@@ -472,15 +479,24 @@ def run(args, argv, dest):
         vimgs, vgts = zip(*[ds.read(f) for f in ds.files('val')])
         base_probs_of(base, vimgs[0]); vprobs, vbase_s = [], 0.           # warm-up; then the base forward, timed
         for im in vimgs: t = time.perf_counter(); vprobs.append(base_probs_of(base, im)); vbase_s += (time.perf_counter() - t) / len(vimgs)
+    fitted, grid = None, dict(QUICK_CAL if args.quick else {})
+    if args.fit_prototypes:
+        from brefine.calibration import calibrate, fit_prototypes
+        with stage('val: fit the prototypes'):
+            protos, fit_alpha, fitted = fit_prototypes(embedder, protos, list(vimgs), vprobs, list(vgts), ignore_index=ds.void,
+                                                       progress=False, report=True)
+            alphas = grid.get('alphas', inspect.signature(calibrate).parameters['alphas'].default)
+            grid['alphas'] = tuple(sorted({*alphas, round(float(fit_alpha), 4)}))
+            log(f'  fitted prototypes, alpha {fit_alpha:.4f}: {fitted}')
     ref, budget = Refiner(embedder, protos), None if args.post_budget is None else args.post_budget * vbase_s
     with stage('val: brefine calibrate'):
         cal = ref.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, max_seconds=budget, search='exhaustive',
-                            **(QUICK_CAL if args.quick else {}))   # every row on every image: the budgets and ablations below choose from it
+                            **grid)   # every row on every image: the budgets and ablations below choose from it
         log(f'  brefine {ref.settings}: val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f} '
             f'(base BF {cal["base_boundary_f1"]:.4f} mIoU {cal["base_miou"]:.4f}; {len(cal["table"])} settings'
             + ('' if budget is None else f'; post-processing budget {budget:.4f} s, {args.post_budget:g} x the base forward {vbase_s:.4f} s') + ')')
         with atomic_write(dest['table'], 'w') as fh: json.dump(dict(base_forward_seconds=vbase_s, max_seconds=budget, table=cal['table']), fh, indent=0)
-        ref.save(args.cache/f'refiner_{emb_file.stem}')
+        ref.save(args.cache/(f'refiner_{emb_file.stem}' + ('_fit' if args.fit_prototypes else '')))
     from brefine.calibration import best_setting
     unlimited = None if budget is None else best_setting(cal['table'], 'mean')['settings']   # what val chose without the budget
     ablation = {}
@@ -547,6 +563,7 @@ def run(args, argv, dest):
         **({} if unlimited is None else dict(settings_no_budget=asdict(unlimited))),
         **({} if not ablation else dict(ablation_settings={k: asdict(v) for k, v in ablation.items()})),
         base_weights=None if args.base is None else str(args.base),
+        **({} if fitted is None else dict(fitted_prototypes={k: v for k, v in fitted.items() if isinstance(v, (int, float, str))})),
         val=dict(brefine_boundary_f1=cal['boundary_f1'], brefine_miou=cal['miou'], base_boundary_f1=cal['base_boundary_f1'],
                  base_miou=cal['base_miou'], crf_images=n_crf, base_forward_seconds=vbase_s, post_budget_seconds=budget),
         stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
