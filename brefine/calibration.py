@@ -13,12 +13,11 @@ from fastprogress.fastprogress import progress_bar
 try: import fcntl                                 # POSIX: saves into one bundle folder take turns
 except ImportError: fcntl = None
 from .core import to_numpy, as_int, as_float, _model_of, _device_of
-from .band import batch_band
 from .prototypes import Prototypes
 from .inputs import prepare_image, _evaluating
 from .vote import grey_levels, _pixels
 from .refine import (SETTING_LIMITS, RefineSettings, _base_answer, _candidates, _check_protos, _decisions,
-                            _scores_and_embedding, _true_at, _top_n, _sample)
+                            _scores_and_embedding, _true_at, _top_n, _sample, _band_pixels)
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
 
 # %% auto #0
@@ -245,7 +244,7 @@ def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, 
             raise ValueError(f"gts must be label maps of their images' size: got a ground truth of shape "
                              f"{tuple(g.shape)} for an image of {H}x{W}; pass the label maps at the images' size.")
         base, top1, is_p = _base_answer(p)
-        lin = _true_at(batch_band(base, radius))                           # the band, as relabel draws it
+        lin = _band_pixels(base, top1, is_p, RefineSettings(top_n=top_n, radius=radius))  # relabel's band, no gate
         q = p.transpose(0, 1).reshape(M, -1).gather(1, lin.expand(M, -1))  # (M,K): the band pixels' scores
         if not is_p: q = q.softmax(0)
         top_p, cand = _top_n(q, top_n)                                     # (K,N), best first
@@ -269,15 +268,18 @@ def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, 
 
 
 # %% ../nbs/06a_calibration.ipynb #9a257785
+def _short_distances(P, e, cand) -> torch.Tensor:
+    "`|e − P_c|² − |e|²` (K,N) for the candidates `cand` (K,N) of pixels of embeddings `e` (K,C): what the choice compares."
+    return (P * P).sum(1)[cand] - 2 * (e @ P.t()).gather(1, cand)
+
 def _choice_scores(P, s, a, e, cand, lp, allowed) -> torch.Tensor:
     "Scores (K,N) of the choice among the candidates `cand` (K,N) of pixels of embeddings `e` (K,C): `−s·|e − P_c|² + a·log p_c`, short of `s·|e|²`, which every candidate shares; −inf where not `allowed` (a class without a prototype). Its arg-max is `relabel`'s choice with the prototypes `P` and `alpha` = a/s."
-    d = (P * P).sum(1)[cand] - 2 * (e @ P.t()).gather(1, cand)
-    return (a * lp - s * d).masked_fill(~allowed, float('-inf'))
+    return (a * lp - s * _short_distances(P, e, cand)).masked_fill(~allowed, float('-inf'))
 
 def _fit_choice(V, present, e, cand, lp, y, alpha: float, max_iter: int) -> tuple:
     "(prototypes P (L,C), s, a) that minimise the cross-entropy of choosing the truth's place `y` among `cand`, by L-BFGS from the class means `V` and the rule of base weight `alpha` (s = exp(t) > 0, a = softplus(u) ≥ 0); rows of classes never allowed among the candidates stay as in `V`."
     allowed = present.to(cand.device)[cand]
-    d0 = (V * V).sum(1)[cand] - 2 * (e @ V.t()).gather(1, cand)        # the class means' distances set the start's scale
+    d0 = _short_distances(V, e, cand)                                  # the class means' distances set the start's scale
     gap = (d0[:, 1:] - d0[:, :1]).abs()[allowed[:, 1:] & allowed[:, :1]]
     s0 = 1 / max(float(gap.mean()) if len(gap) else 1., 1e-6); a0 = max(s0 * alpha, 1e-6)
     P = V.clone().requires_grad_(True)
