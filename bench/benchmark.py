@@ -154,7 +154,13 @@ def parse_args(argv=None):
     p.add_argument('--ablation', action='store_true',
                    help="also score, with settings chosen on val: the vote alone (over the base's answer, no embedder), the "
                         "prototypes alone (no vote), and the oracle (band pixels take the true class when it is among the top-N)")
+    p.add_argument('--base-only', action='store_true',
+                   help="score only the base model of --base on the test split (no embedder, calibration or DenseCRF): the "
+                        "row of a base trained longer instead, such as bench/converge.py's equal-compute weights")
     a = p.parse_args(argv)
+    if a.base_only and a.base is None: p.error('--base-only scores the weights of --base FILE: give --base')
+    if a.base_only and (a.ablation or a.fit_prototypes or a.train_only):
+        p.error('--base-only scores the base alone: it does not combine with --ablation, --fit-prototypes or --train-only')
     if a.base is not None and not a.base.is_file(): p.error(f'--base {a.base}: no such file')
     if a.train_blocks is not None and a.embedder != 'shared': p.error('--train-blocks applies to --embedder shared only')
     if a.train_blocks is not None and a.train_blocks < 0: p.error(f'--train-blocks must be >= 0, got {a.train_blocks}')
@@ -448,7 +454,38 @@ def main(argv=None):
         if 'log' in out:                                 # a recorded run keeps its log
             out['log'].parent.mkdir(parents=True, exist_ok=True)
             stack.enter_context(tee_stdout(stack.enter_context(open(out['log'], 'w', encoding='utf-8'))))
-        run(args, argv, out)
+        (run_base_only if args.base_only else run)(args, argv, out)
+
+def run_base_only(args, argv, dest):
+    "The base model of `args.base` alone on the test split (`--base-only`): its metrics row and base forward time, recorded."
+    ds, started = setup(args), provenance('bench/benchmark.py', argv)
+    log(f'{ds}; args', {k: str(v) for k, v in vars(args).items()})
+    import numpy as np
+    from brefine.core import atomic_write, to_numpy
+    with stage('base model (load)'): base = get_base(args, ds, None, None)
+    tf, preds, gts, secs = ds.files('test'), [], [], []
+    with stage(f'test: base on {len(tf)} images'):
+        base_probs_of(base, ds.read(tf[0])[0])            # warm-up: first calls allocate
+        for f in tf:
+            img, gt = ds.read(f); gts.append(gt)
+            t = time.perf_counter(); probs = base_probs_of(base, img); secs.append(time.perf_counter() - t)
+            preds.append(to_numpy(probs.argmax(0)).astype(np.uint8))
+    with stage('test: metrics'): row = metrics_row(ds, preds, gts, float(np.mean(secs)))
+    seconds = time.perf_counter() - T0
+    summary = dict(dataset=ds.name, base=row, base_weights=str(args.base), split=dict(test=len(tf)),
+                   stage_seconds={k: round(v, 1) for k, v in stage.times.items()}, **started, seconds=round(seconds))
+    with atomic_write(dest['json'], 'w') as fh: json.dump(summary, fh, indent=1)
+    md = '\n'.join([f'# {ds.name}: the base model alone', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
+                    f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads; {seconds:.0f} s). Test {len(tf)} images; '
+                    f'the weights of `{args.base}`.', '', '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image |',
+                    '|---|---:|---:|---:|---:|---:|', f"| base | {100*row['miou']:.2f} | {100*row['boundary_iou']:.2f} | "
+                    f"{100*row['boundary_f1']:.2f} | {100*row['trimap_iou']:.2f} | {row['seconds_per_image']:.3f} |", ''])
+    with atomic_write(dest['md'], 'w') as fh: fh.write(md)
+    print('\n' + md, flush=True)
+    if in_results(dest['md']):
+        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py',
+                   also=[dest[k] for k in ('json', 'log') if k in dest], started=started)
+        log(f"recorded {e['file']} in bench/results/manifest.json")
 
 def run(args, argv, dest):
     "The benchmark with parsed `args` (command-line arguments `argv`), writing the files `dest` names."

@@ -6,7 +6,8 @@ Reads three records and writes `bench/results/<dataset>_converged.json`:
 - a `bench/benchmark.py --ablation --base <converged weights>` run's JSON: the base, DenseCRF, the vote alone, the
   prototypes alone, brefine and the oracle, each on the test split with settings chosen on val;
 - a `bench/benchmark.py --ablation --base <equal-compute weights>` run's JSON: the base trained for its own budget plus the
-  embedder's (`bench/converge.py --extra N`), and brefine on it.
+  embedder's (`bench/converge.py --extra N`), and brefine on it; or a `--base-only` run's, which scores that base alone
+  (then `equal_compute_brefine` is null and `not_measured` names it).
 
 Every row holds `miou`, `boundary_iou`, `boundary_f1`, `trimap_iou` and `seconds_per_image` (None for the oracle, which
 reads the ground truth).
@@ -24,13 +25,15 @@ METRICS = ('miou', 'boundary_iou', 'boundary_f1', 'trimap_iou', 'seconds_per_ima
 
 def table(curve: dict, run: dict, equal: dict) -> dict:
     "The converged-base record from the learning `curve` and the two benchmark runs' JSON."
-    missing = [k for k in ROWS if k not in run] + [f'equal-compute {k}' for k in ('base', 'brefine') if k not in equal]
+    missing = [k for k in ROWS if k not in run] + (['equal-compute base'] if 'base' not in equal else [])
     if missing: raise ValueError(f'the runs lack {missing}: run bench/benchmark.py with --ablation and --base')
     row = lambda r: {k: r[k] for k in METRICS}
-    return dict(dataset=run['dataset'], **{k: row(run[k]) for k in ROWS},
-                equal_compute_base=row(equal['base']), equal_compute_brefine=row(equal['brefine']),
-                settings=dict(brefine=run['settings'], ablation=run.get('ablation_settings'), equal_compute_brefine=equal['settings']),
-                training=dict(base_epochs=curve['best_epoch'], stopped_after=curve['stopped_at'], stop_rule=curve['stop_rule'],
+    return dict(dataset=run['dataset'], **{k: row(run[k]) for k in ROWS}, equal_compute_base=row(equal['base']),
+                equal_compute_brefine=row(equal['brefine']) if 'brefine' in equal else None,
+                not_measured=[] if 'brefine' in equal else ['equal_compute_brefine'],
+                settings=dict(brefine=run['settings'], ablation=run.get('ablation_settings'),
+                              equal_compute_brefine=equal.get('settings')),
+                training=dict(base_epochs=curve['kept'].get('best', curve['best_epoch']),   # the converged weights' epoch stopped_after=curve['stopped_at'], stop_rule=curve['stop_rule'],
                               equal_compute_epochs=curve['epoch'], embedder_epochs=run['training']['embedder_epochs'],
                               base_weights=run.get('base_weights'), equal_compute_weights=equal.get('base_weights'),
                               val_miou_curve=[c['val_miou'] for c in curve['curve']]),
