@@ -8,7 +8,8 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
 - `errors`: per class, the base model's IoU and brefine's (the calibrated `Refiner` bundle); of the pixels of that class
   the base gets wrong, the share inside a band of `--radius` around the base's boundaries, and where the true class
   ranks in the base's scores (2nd, 3rd, 4th, 5th or lower): what a band-and-top-N refinement can reach.
-- `choice`: band pixels (radius `--radius` around the base's arg-max, void excluded) whose true class is among the base's
+- `choice`: band pixels (radius `--radius` around the base's arg-max, void excluded; band, candidates and distances from
+  `relabel(..., stages=True)`, as brefine decides) whose true class is among the base's
   top `--top-n`, the only ones a top-N refinement can fix or break. How often the right class is there at all, and how
   often each rule picks it: the base (its top-1), the nearest prototype by Euclidean distance (brefine's rule), by
   cosine distance, and the nearest with the base weight alpha (|e - E_c|^2 - alpha log p_c; 0.3, 1, 3 and the bundle's
@@ -16,7 +17,8 @@ test only to diagnose: settings are never chosen on test). `--record NAME` also 
   `--modes K`, also the nearest of K prototypes per class (k-means of the class's training band embeddings); with
   `--spread`, also the most likely class under an isotropic Gaussian per class, |e - E_c|^2 / s_c + C log s_c, s_c the
   mean squared distance per dimension of the class's training band embeddings to E_c. With `--fit`, also fusions fitted on
-  the split's own band pixels, two-fold across images (fitted on one half, scored on the other); with `--refit`, also the
+  the split's own band pixels, two-fold across images (fitted on the first half of the images, scored on the second, and
+  the other way round, so that neighbouring video frames never sit on both sides); with `--refit`, also the
   nearest of prototypes fitted the same way (the class means moved, with a distance scale, alpha and a bias per class, to
   minimise the cross-entropy of the choice among the top-N), with and without the base's scores.
 - `settings`: `relabel` with each given setting, written radius,top_n,tau,alpha,vote[,grey[,passes]] (tau `none`: no gate;
@@ -142,9 +144,9 @@ def errors(a, ds, fs):
 # --------------------------------------------------------------------------------------------------------------- choice
 def choice(a, ds, fs):
     import numpy as np, torch, torch.nn.functional as F
-    from brefine.band import batch_band
     from brefine.triplets import sample_features
     from brefine.inputs import prepare_image
+    from brefine.refine import RefineSettings, relabel
     base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
@@ -161,30 +163,31 @@ def choice(a, ds, fs):
     if a.refit: rules += ['refit prototypes (2-fold)', 'refit prototypes alpha (2-fold)', 'refit prototypes alpha, no bias (2-fold)']
     right, total, band_px, kept = dict.fromkeys(rules, 0), 0, 0, []
     per = {k: torch.zeros(n, 2) for k in ('base', 'euclidean') + ((f'{a.modes} modes',) if a.modes else ()) + (('gaussian',) if a.spread else ())}
+    rule = RefineSettings(radius=a.radius, top_n=a.top_n, tau=None, alpha=0., vote=0)   # every band pixel, no vote
     with torch.inference_mode():
-        for f in fs:
+        for i, f in enumerate(fs):
             img, gt = ds.read(f)
-            x = prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]; p = base(x).softmax(1)
-            band = batch_band(p.argmax(1), a.radius)[0]
-            y, xx = band.nonzero(as_tuple=True)
+            x = prepare_image(img, B.IMAGENET_MEAN, B.IMAGENET_STD)[0]; p = base(x).softmax(1); emb = net(x)
+            st = relabel(emb, p, pr, rule, stages=True)   # the band, its candidates and their distances, as brefine decides
+            band = st.band[0]
+            y, xx = st.pixels // gt.shape[1], st.pixels % gt.shape[1]
             g = torch.from_numpy(gt.astype(np.int64))[y, xx]
-            pp = p[0][:, y, xx].t(); cand = pp.topk(a.top_n, 1).indices
             labelled = torch.from_numpy(void_mask(ds, gt))[y, xx]
-            ok = (cand == g[:, None]).any(1) & labelled
+            ok = (st.candidates == g[:, None]).any(1) & labelled
             band_px += int(labelled.sum())
-            cand, pp, g = cand[ok], pp[ok], g[ok]
-            emb = net(x)
+            cand, g, d_e = st.candidates[ok], g[ok], st.distances[ok]   # (K,N): per candidate, best first
             fe = sample_features(emb, torch.zeros_like(y), y, xx, gt.shape)[ok]
-            d_e, d_c, lp = torch.cdist(fe, V) ** 2, 2 * (1 - F.normalize(fe, dim=1) @ Vn.t()), pp.clamp_min(1e-12).log()
-            pick = lambda d: cand.gather(1, d.gather(1, cand).argmin(1, keepdim=True))[:, 0]
+            lp, on = st.candidate_probs[ok].clamp_min(1e-12).log(), lambda d: d.gather(1, cand)   # `on`: (K,n) to candidates
+            d_c = on(2 * (1 - F.normalize(fe, dim=1) @ Vn.t()))
+            pick = lambda d: cand.gather(1, d.argmin(1, keepdim=True))[:, 0]   # d: (K,N) per candidate
             picks = {'base': cand[:, 0], 'euclidean': pick(d_e), 'cosine': pick(d_c)}
             for x_ in alphas: picks[f'euclidean alpha={x_}'] = pick(d_e - x_ * lp); picks[f'cosine alpha={x_}'] = pick(d_c - x_ * lp)
             if a.modes:
-                d_m = (torch.cdist(fe, M.flatten(0, 1)) ** 2).view(len(fe), n, a.modes).amin(2)   # the nearest mode of each class
+                d_m = on((torch.cdist(fe, M.flatten(0, 1)) ** 2).view(len(fe), n, a.modes).amin(2))   # each class's nearest mode
                 picks[f'{a.modes} modes'] = pick(d_m)
                 for x_ in alphas: picks[f'{a.modes} modes alpha={x_}'] = pick(d_m - x_ * lp)
             if a.spread:                                                       # -2 log N(e; E_c, var_c I), up to a constant
-                d_g = d_e / var + fe.shape[1] * var.log()
+                d_g = d_e / var[cand] + fe.shape[1] * var.log()[cand]
                 picks['gaussian'] = pick(d_g)
                 for x_ in alphas: picks[f'gaussian alpha={x_}'] = pick(d_g - x_ * lp)
             if a.local:                                                        # the image's own confident pixels outside the band
@@ -195,11 +198,13 @@ def choice(a, ds, fs):
                 cnt = torch.bincount(lc, minlength=n).float()[:, None]
                 L, have = L / cnt.clamp_min(1), cnt >= 16
                 for b in betas:
-                    d_l = torch.cdist(fe, torch.where(have, (1 - b) * V + b * L, V)) ** 2
+                    d_l = on(torch.cdist(fe, torch.where(have, (1 - b) * V + b * L, V)) ** 2)
                     picks[f'local beta={b}'] = pick(d_l)
                     for x_ in alphas: picks[f'local beta={b} alpha={x_}'] = pick(d_l - x_ * lp)
             if a.fit or a.refit:
-                kept.append((cand, d_e.gather(1, cand), lp.gather(1, cand), g, len(kept) % 2) + ((fe,) if a.refit else ()))
+                fold = int(i >= len(fs) // 2)   # first and second half: neighbouring video frames stay on one side
+                d_fit = d_e.nan_to_num(posinf=4.)   # a class without a prototype: the farthest unit vectors' distance
+                kept.append((cand, d_fit, lp, g, fold) + ((fe,) if a.refit else ()))
             for k, v in picks.items(): right[k] += int((v == g).sum())
             for k in per:
                 per[k][:, 0] += torch.bincount(g[picks[k] == g], minlength=n).float(); per[k][:, 1] += torch.bincount(g, minlength=n).float()
