@@ -51,7 +51,8 @@ def main(argv=None):
     read = lambda f: json.loads(Path(f).read_text())
     res = dict(table(read(a.curve or RESULTS/f'{a.dataset}_base_curve.json'), read(a.run), read(a.equal)), **provenance('bench/converged.py', argv))
     out = a.out or RESULTS/f'{a.dataset}_converged.json'
-    out.write_text(json.dumps(res, indent=1) + '\n')
+    from brefine.core import atomic_write
+    with atomic_write(out, 'w') as fh: fh.write(json.dumps(res, indent=1) + '\n')
     print(json.dumps({k: res[k] for k in (*ROWS, 'equal_compute_base', 'equal_compute_brefine')}, indent=1))
     if out.resolve().is_relative_to(RESULTS.resolve()): record(out.stem, out, argv, 0, script='bench/converged.py')
 

@@ -51,7 +51,9 @@ def main(argv=None):
     rs = rows(a.runs)
     a.out.mkdir(parents=True, exist_ok=True)
     plot(rs, a.out/'strength.png')
-    (a.out/'strength.json').write_text(json.dumps(dict(rows=rs, **provenance('bench/strength.py', argv)), indent=1) + '\n')
+    from brefine.core import atomic_write
+    with atomic_write(a.out/'strength.json', 'w') as fh:
+        fh.write(json.dumps(dict(rows=rs, **provenance('bench/strength.py', argv)), indent=1) + '\n')
     for r in rs: print(f"{r['dataset']}: base mIoU {100 * r['base_miou']:.2f}: gain {r['gain_miou']:+.2f} mIoU, {r['gain_boundary_f1']:+.2f} boundary F")
     if (a.out/'strength.json').resolve().is_relative_to(RESULTS.resolve()):
         record('strength', a.out/'strength.json', argv, 0, script='bench/strength.py', also=[a.out/'strength.png'])
