@@ -1,6 +1,6 @@
 """bench/converged.py, the converged-base record: the rows it takes from the two benchmark runs and the learning curve,
 with an equal-compute run that scored brefine too, and with a `--base-only` one that scored the base alone."""
-import json, sys
+import sys
 from pathlib import Path
 import pytest
 
