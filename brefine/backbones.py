@@ -23,15 +23,15 @@ MOBILENETS = ('mobilenet_v2', 'mobilenet_v3_large')
 TORCHVISION_BACKBONES = RESNETS + MOBILENETS
 
 def _dilate(blocks, output_stride: int, stride: int = 1, slim: bool = False) -> list:
-    "Make `blocks` (input at `stride`) stop downsampling at `output_stride`, dilating later convs in place; return each block's output stride."
+    "Dilate `blocks` (input at `stride`) in place to stop at `output_stride`; each block's stride."
     dilation, strides = 1, []
     for block in blocks:
         convs = [m for m in block.modules() if isinstance(m, nn.Conv2d)]
-        s, rate = max([c.stride[0] for c in convs], default=1), dilation   # a block downsamples once (its shortcut in parallel)
+        s, rate = max([c.stride[0] for c in convs], default=1), dilation   # one stride per block
         if s > 1 and stride * s > output_stride:
             dilation *= s; s = 1
             for c in convs: c.stride = (1, 1)
-        if not slim: rate = dilation                        # torchvision: the block that loses its stride dilates already
+        if not slim: rate = dilation  # torchvision: the block that loses its stride dilates already
         if rate > 1:
             for c in convs:
                 k = c.kernel_size[0]
@@ -41,30 +41,33 @@ def _dilate(blocks, output_stride: int, stride: int = 1, slim: bool = False) -> 
 
 # %% ../nbs/03_backbones.ipynb #02b3e6f3
 def _tv_weights(name: str, pretrained):
-    "The torchvision weights enum value for `pretrained` (True: IMAGENET1K_V1, a string: that entry), or None."
+    "The torchvision weights for `pretrained` (True: IMAGENET1K_V1; a string: that entry), or None."
     if pretrained is None or pretrained is False: return None
     enum = torchvision.models.get_model_weights(name)
     key = 'IMAGENET1K_V1' if pretrained is True else str(pretrained)
     if key == 'DEFAULT': return enum.DEFAULT
     try: return enum[key]
     except KeyError:
-        raise ValueError(f"{name} has no weights {key!r}: pass pretrained=True, False, 'DEFAULT' or one of "
-                         f"{[w.name for w in enum]}.") from None
+        raise ValueError(f"{name} has no weights {key!r}: pass pretrained=True, False, 'DEFAULT' "
+                         f"or one of {[w.name for w in enum]}.") from None
 
 # %% ../nbs/03_backbones.ipynb #e40e6eb4
 def torchvision_model(name: str, pretrained=False, **kwargs) -> nn.Module:
-    "torchvision's model `name`; `pretrained` weights (True, 'DEFAULT' or an entry's name) are read as data only (`weights_only`), never unpickled."
+    "torchvision's model `name`; `pretrained` weights (True, 'DEFAULT', a name) read as data only."
     weights = _tv_weights(name, pretrained)
     if weights is not None: kwargs.setdefault('num_classes', len(weights.meta['categories']))
     model = torchvision.models.get_model(name, weights=None, **kwargs)
     if weights is None: return model
-    try: model.load_state_dict(weights.get_state_dict(progress=False, check_hash=True, weights_only=True))
+    try: model.load_state_dict(weights.get_state_dict(progress=False, check_hash=True,
+                                                      weights_only=True))
     except Exception as e:
         fname, ckpt = Path(urlparse(weights.url).path).name, Path(torch.hub.get_dir())/'checkpoints'
-        raise RuntimeError(f"Could not load the pretrained {name} weights {weights} ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else 'no details'}). Without network access, put the file "
-                           f"{fname} (from {weights.url}) into {ckpt} (set TORCH_HOME to use another folder), "
-                           f"or pass pretrained=False to train from scratch.") from e
+        raise RuntimeError(f"Could not load the pretrained {name} weights {weights} "
+                           f"({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else 'no details'}). Without "
+                           f"network access, put the file {fname} (from {weights.url}) into {ckpt} "
+                           "(set TORCH_HOME to use another folder), or pass pretrained=False to "
+                           "train from scratch.") from e
     return model
 
 # %% ../nbs/03_backbones.ipynb #c798f0f4
@@ -81,41 +84,49 @@ class _TimmFeatures(nn.Module):
 def _timm_backbone(name: str, pretrained, output_stride: int):
     try: import timm
     except ImportError:
-        raise ImportError(f"Backbone {name!r} is not one of torchvision's {list(TORCHVISION_BACKBONES)}; other backbones "
-                          f"(Xception, EfficientNet, ConvNeXt, ...) come from timm: `pip install timm`.") from None
-    try: m = timm.create_model(name, pretrained=bool(pretrained), features_only=True, output_stride=output_stride)
+        raise ImportError(f"Backbone {name!r} is not one of torchvision's "
+                          f"{list(TORCHVISION_BACKBONES)}; other backbones (Xception, "
+                          "EfficientNet, ConvNeXt, ...) come from timm: `pip install "
+                          "timm`.") from None
+    try: m = timm.create_model(name, pretrained=bool(pretrained), features_only=True,
+                               output_stride=output_stride)
     except RuntimeError as e:
-        if 'Unknown model' in str(e): raise ValueError(f"Unknown backbone {name!r}: neither torchvision's "
-                                                       f"{list(TORCHVISION_BACKBONES)} nor a timm model.") from None
+        if 'Unknown model' in str(e):
+            raise ValueError(f"Unknown backbone {name!r}: neither torchvision's "
+                             f"{list(TORCHVISION_BACKBONES)} nor a timm model.") from None
         raise
     red, chs = m.feature_info.reduction(), m.feature_info.channels()
-    if 4 not in red: raise ValueError(f"timm model {name!r} has no stride-4 feature (its strides are {red}); pick another backbone.")
+    if 4 not in red: raise ValueError(f"timm model {name!r} has no stride-4 feature (its strides "
+                                      f"are {red}); pick another backbone.")
     low = max(i for i, r in enumerate(red) if r == 4)
     return _TimmFeatures(m, low, len(red) - 1), chs[low], chs[-1]
 
 # %% ../nbs/03_backbones.ipynb #dd897038
 def _backbone(name: str, pretrained, output_stride: int):
-    "(module returning {'low': stride-4 feature, 'out': deep feature}, low channels, deep channels)."
+    "(module giving {'low': stride-4 feature, 'out': deep feature}, low channels, deep channels)."
     if name in RESNETS:
         m = torchvision_model(name, pretrained)
         _dilate([*m.layer1, *m.layer2, *m.layer3, *m.layer4], output_stride, stride=4)
-        return IntermediateLayerGetter(m, {'layer1': 'low', 'layer4': 'out'}), m.layer1[-1].conv1.in_channels, m.fc.in_features
+        return (IntermediateLayerGetter(m, {'layer1': 'low', 'layer4': 'out'}),
+                m.layer1[-1].conv1.in_channels, m.fc.in_features)
     if name in MOBILENETS:
         feats = torchvision_model(name, pretrained).features
         if name == 'mobilenet_v2': feats = feats[:-1]   # 320-channel output (see above)
         strides = _dilate(feats, output_stride)
         low = max(i for i, s in enumerate(strides) if s == 4)
         chs = [[m for m in b.modules() if isinstance(m, nn.Conv2d)][-1].out_channels for b in feats]
-        return IntermediateLayerGetter(feats, {str(low): 'low', str(len(feats) - 1): 'out'}), chs[low], chs[-1]
+        return IntermediateLayerGetter(feats, {str(low): 'low',
+                                               str(len(feats) - 1): 'out'}), chs[low], chs[-1]
     return _timm_backbone(name, pretrained, output_stride)
 
 # %% ../nbs/03_backbones.ipynb #d71102e1
 class DeepLabV3MobileNetV2(nn.Module):
-    "A base segmentation model: DeepLabV3 on MobileNetV2 at output stride 16, giving logits (B,n_classes,H,W) at the input size."
-    def __init__(self, n_classes: int, pretrained=True):    # `pretrained`: the backbone's ImageNet weights, as `torchvision_model` takes them
+    "A base segmentation model: DeepLabV3 on MobileNetV2 at stride 16, logits (B,n_classes,H,W)."
+    def __init__(self, n_classes: int, pretrained=True):  # `pretrained`: as for `torchvision_model`
         super().__init__()
-        self.backbone = torchvision_model('mobilenet_v2', pretrained).features[:-1]     # 320 channels at stride 32 ...
-        _dilate(self.backbone, 16, slim=True)                                          # ... now at stride 16
+        self.backbone = torchvision_model('mobilenet_v2', pretrained).features[:-1]  # stride 32 ...
+        _dilate(self.backbone, 16, slim=True)  # ... now at stride 16
         self.head = DeepLabHead(320, n_classes, atrous_rates=(6, 12, 18))
     def forward(self, x):
-        return F.interpolate(self.head(self.backbone(x)), x.shape[-2:], mode='bilinear', align_corners=False)
+        return F.interpolate(self.head(self.backbone(x)), x.shape[-2:], mode='bilinear',
+                             align_corners=False)

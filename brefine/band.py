@@ -17,7 +17,7 @@ __all__ = ['TRAIN_RADIUS', 'disk', 'near_boundary_mask', 'batch_band']
 _UP, _THRESH = 3, 127   # upsampling factor and Canny thresholds (see the proof below)
 
 def _plane_edges(plane: np.ndarray) -> np.ndarray:
-    "Edges of a binary uint8 (H,W) plane (values 0/255), computed with Canny at 3x resolution, still at 3x (uint8 0/255)."
+    "Canny edges of a binary uint8 (H,W) plane (0/255) at 3x resolution, kept at 3x (uint8 0/255)."
     up = cv2.resize(plane, None, fx=_UP, fy=_UP, interpolation=cv2.INTER_NEAREST_EXACT)
     e = cv2.Canny(up, _THRESH, _THRESH)
     e |= cv2.flip(cv2.Canny(cv2.flip(up, -1), _THRESH, _THRESH), -1)
@@ -27,8 +27,8 @@ def _plane_edges(plane: np.ndarray) -> np.ndarray:
 def _dense_ranks(lab: np.ndarray):
     "Labels of `lab` replaced by their ranks 0..K-1 among the values present, and K."
     lo, hi = int(lab.min()), int(lab.max())
-    if hi - lo < 1 << 16:                                   # small range: a lookup table is faster than sorting
-        x = (lab.astype(np.uint64) - lab.min().astype(np.uint64)).astype(np.int64)   # modulo 2**64: no overflow
+    if hi - lo < 1 << 16:  # small range: a lookup table is faster than sorting
+        x = (lab.astype(np.uint64) - lab.min().astype(np.uint64)).astype(np.int64)   # mod 2**64
         present = np.bincount(x.ravel()) > 0
         return (np.cumsum(present) - 1)[x], int(present.sum())
     vals, inv = np.unique(lab, return_inverse=True)
@@ -36,73 +36,80 @@ def _dense_ranks(lab: np.ndarray):
 
 # %% ../nbs/01_band.ipynb #c2116326
 def _canny_edges(lab: np.ndarray) -> np.ndarray:
-    "Bool (H,W): pixels of the 2-D label map `lab` whose label differs from one of their 4 neighbours, via Canny."
+    "Bool (H,W): pixels of the label map `lab` differing from one of their 4 neighbours, by Canny."
     H, W = lab.shape
     if lab.size == 0: return np.zeros((H, W), bool)
     ranks, k = _dense_ranks(lab)
     acc = np.zeros((_UP*H, _UP*W), np.uint8)
     for b in range((k - 1).bit_length()):                   # one binary plane per bit of the rank
         acc |= _plane_edges(((ranks >> b) & 1).astype(np.uint8) * np.uint8(255))
-    return cv2.resize(acc, (W, H), interpolation=cv2.INTER_AREA) > 0   # a pixel is an edge if any of its 9 sub-pixels is
+    return cv2.resize(acc, (W, H), interpolation=cv2.INTER_AREA) > 0   # any of 9 sub-pixels
 
 # %% ../nbs/01_band.ipynb #8d42f457
 def _check_radius(radius) -> int:
     if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, numbers.Integral):
-        raise TypeError(f"radius must be a whole number of pixels (an int), got {radius!r} ({type(radius).__name__}).")
-    if radius < 0: raise ValueError(f"radius must be >= 0 (0 gives the edge pixels alone), got {radius}.")
+        raise TypeError(f"radius must be a whole number of pixels (an int), got {radius!r} "
+                        f"({type(radius).__name__}).")
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0 (0 gives the edge pixels alone), got {radius}.")
     return int(radius)
 
 # %% ../nbs/01_band.ipynb #24da8f73
 def _reach(h: int, w: int) -> int:
-    "The smallest radius that reaches every pixel of an (h, w) image from any of its pixels: ceil of the longest distance, hypot(h-1, w-1)."
+    "The smallest radius that reaches all of an (h, w) image from any pixel: ceil(hypot(h-1, w-1))."
     return math.isqrt((h - 1)**2 + (w - 1)**2 - 1) + 1 if h > 1 or w > 1 else 0
 
 # %% ../nbs/01_band.ipynb #34297090
 def _disk_of(r) -> np.ndarray:
-    "uint8 (2R+1, 2R+1) structuring element, R = floor(r): 1 at the offsets within Euclidean distance `r` (any real r >= 0) of the centre."
+    "uint8 (2R+1, 2R+1) element, R = ⌊r⌋: 1 within Euclidean distance `r` (real >= 0) of centre."
     R = math.floor(r)
     y, x = np.ogrid[-R:R+1, -R:R+1]
     return (x*x + y*y <= r*r).astype(np.uint8)
 
 # %% ../nbs/01_band.ipynb #49f38816
 def disk(radius: int) -> np.ndarray:
-    "uint8 (2r+1, 2r+1) structuring element, 1 at the offsets within Euclidean distance `radius` of the centre."
+    "uint8 (2r+1, 2r+1) structuring element: 1 within Euclidean distance `radius` of the centre."
     return _disk_of(_check_radius(radius))
 
 # %% ../nbs/01_band.ipynb #64d1fe57
 def _check_labels(lab, name: str = 'label'):
     dt = lab.dtype
-    ok = not (dt.is_floating_point or dt.is_complex) if isinstance(lab, torch.Tensor) else dt.kind in 'iub'
+    ok = (not (dt.is_floating_point or dt.is_complex) if isinstance(lab, torch.Tensor)
+          else dt.kind in 'iub')
     if not ok:
-        raise TypeError(f"{name} must hold integer class indices, got dtype {dt}. Pass the label map itself "
-                        f"(e.g. `scores.argmax(1)` for a model's output), not scores or probabilities; "
-                        f"a float map of whole numbers can be converted with `.astype(int)` or `.long()`.")
+        raise TypeError(f"{name} must hold integer class indices, got dtype {dt}. Pass the label "
+                        "map itself (e.g. `scores.argmax(1)` for a model's output), not scores or "
+                        "probabilities; a float map of whole numbers can be converted with "
+                        "`.astype(int)` or `.long()`.")
     if lab.ndim not in (2, 3):
-        raise ValueError(f"{name} must be one map (H,W) or a batch (B,H,W), got shape {tuple(lab.shape)}. "
-                         f"For a (B,1,H,W) batch pass `{name}[:, 0]`.")
+        raise ValueError(f"{name} must be one map (H,W) or a batch (B,H,W), got shape "
+                         f"{tuple(lab.shape)}. For a (B,1,H,W) batch pass `{name}[:, 0]`.")
 
 # %% ../nbs/01_band.ipynb #6a05392c
 def _check_ignore(ignore_index):
-    if ignore_index is not None and (isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, numbers.Integral)):
-        raise TypeError(f"ignore_index must be None or an int label (e.g. 11 for CamVid's void), got {ignore_index!r}.")
+    if ignore_index is not None and (isinstance(ignore_index, (bool, np.bool_))
+                                     or not isinstance(ignore_index, numbers.Integral)):
+        raise TypeError("ignore_index must be None or an int label (e.g. 11 for CamVid's void), "
+                        f"got {ignore_index!r}.")
 
 # %% ../nbs/01_band.ipynb #671de0de
-TRAIN_RADIUS = 3   # the default band radius in pixels of training data, prototypes and the band functions
+TRAIN_RADIUS = 3   # default band radius (pixels) of training data, prototypes and band functions
 
 # %% ../nbs/01_band.ipynb #3825bba3
 def near_boundary_mask(label, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
-    "Bool mask (same kind, device and shape as `label`): pixels within `radius` of a change of label, by Canny, never void."
+    "Bool mask like `label`: pixels within `radius` of a change of label, by Canny, never void."
     radius = _check_radius(radius); _check_ignore(ignore_index)
     is_tensor = isinstance(label, torch.Tensor)
     lab = label.detach().cpu().numpy() if is_tensor else np.asarray(label)
     _check_labels(lab)
     if lab.dtype == bool: lab = lab.astype(np.uint8)
     maps = lab if lab.ndim == 3 else lab[None]
-    full = radius >= _reach(*maps.shape[1:])               # the band reaches every pixel from any edge pixel
+    full = radius >= _reach(*maps.shape[1:])  # the band reaches every pixel from any edge pixel
     kernel, out = (None if full else disk(radius)), np.zeros(maps.shape, bool)
     for i, m in enumerate(maps):
         e = _canny_edges(m)
-        if radius and e.any(): e = np.ones_like(e) if full else cv2.dilate(e.view(np.uint8), kernel).view(bool)
+        if radius and e.any():
+            e = np.ones_like(e) if full else cv2.dilate(e.view(np.uint8), kernel).view(bool)
         if ignore_index is not None: e &= m != ignore_index
         out[i] = e
     out = out if lab.ndim == 3 else out[0]
@@ -110,12 +117,12 @@ def near_boundary_mask(label, radius: int = TRAIN_RADIUS, ignore_index: int | No
 
 # %% ../nbs/01_band.ipynb #6d959111
 def _from_np(a: np.ndarray) -> torch.Tensor:
-    "A tensor on the memory of numpy array `a` (on a copy when `a` has negative strides, which torch does not take)."
+    "A tensor on the memory of numpy array `a` (of a copy when `a` has negative strides)."
     return torch.from_numpy(a if min(a.strides, default=0) >= 0 else a.copy())
 
 # %% ../nbs/01_band.ipynb #f6edd22c
 def _edges_t(x):
-    "Bool (..., H, W): pixels whose label differs from one of their 4 neighbours; a tensor for a tensor, numpy for numpy."
+    "Bool (..., H, W): pixels that differ from one of their 4 neighbours; tensor or numpy as given."
     if isinstance(x, np.ndarray): return _edges_t(_from_np(x)).numpy()
     e = torch.zeros_like(x, dtype=torch.bool)
     d = x[..., :, 1:] != x[..., :, :-1]; e[..., :, 1:] |= d; e[..., :, :-1] |= d
@@ -124,16 +131,16 @@ def _edges_t(x):
 
 # %% ../nbs/01_band.ipynb #cef58158
 def _disk_rects(r):
-    "`_disk_of(r)` as a union of centred rectangles [(half_height, half_width)], redundant ones left out."
-    R, R2 = math.floor(r), math.floor(r*r)                  # integer offsets: dy² + dx² <= r²  <=>  <= floor(r²)
+    "`_disk_of(r)` as a union of centred rectangles [(half_height, half_width)], none redundant."
+    R, R2 = math.floor(r), math.floor(r*r)  # integer offsets: dy² + dx² <= r²  <=>  <= floor(r²)
     ws = [min(R, math.isqrt(R2 - dy*dy)) for dy in range(R + 1)]
     return [(dy, ws[dy]) for dy in range(R + 1) if dy == R or ws[dy] > ws[dy + 1]]
 
-_RECTS_FROM = 8    # from this radius on, cv2.dilate by the disk's rectangles, one after another, beats cv2.dilate by the disk
+_RECTS_FROM = 8    # from this radius, dilating by the disk's rectangles beats by the disk
 
 # %% ../nbs/01_band.ipynb #31d6f53f
 def _dilate_cv2(m: np.ndarray, r) -> np.ndarray:
-    "Bool (H,W) numpy `m` dilated by `_disk_of(r)` with OpenCV, 1 <= r: by the disk, or for r >= `_RECTS_FROM` by each of `_disk_rects(r)` (OpenCV dilates by a rectangle in two fast 1-D passes) and the union."
+    "Bool numpy (H,W) `m` dilated by `_disk_of(r)` (r >= 1) by OpenCV: the disk or `_disk_rects`."
     if r < _RECTS_FROM: return cv2.dilate(m.view(np.uint8), _disk_of(r)).view(bool)
     out = None
     for h, w in _disk_rects(r):
@@ -143,11 +150,12 @@ def _dilate_cv2(m: np.ndarray, r) -> np.ndarray:
 
 # %% ../nbs/01_band.ipynb #100d0410
 def _dilate_t(e, r, use_cv2: bool|None = None):
-    "Bool (B,H,W) or (H,W) `e` (tensor, or numpy for numpy out) dilated by `_disk_of(r)`, any real r >= 0 (`e` itself when r < 1): OpenCV on the CPU (several times faster), exact max-pooling elsewhere."
+    "Bool `e` ((B,)H,W) dilated by `_disk_of(r)`, real r >= 0: OpenCV on the CPU, else max-pooling."
     if isinstance(e, np.ndarray): return _dilate_t(_from_np(e), r, use_cv2).numpy()
     if r < 1 or not e.numel(): return e                     # the disk is the centre alone
     e3 = e if e.ndim == 3 else e[None]
-    if r >= _reach(*e3.shape[1:]): out = e3.flatten(1).any(1)[:, None, None].expand_as(e3).clone()  # all or nothing
+    if r >= _reach(*e3.shape[1:]):  # all or nothing
+        out = e3.flatten(1).any(1)[:, None, None].expand_as(e3).clone()
     elif (e.device.type == 'cpu') if use_cv2 is None else use_cv2:
         out = torch.from_numpy(np.stack([_dilate_cv2(m, r) for m in e3.numpy()]))
     else:
@@ -161,17 +169,18 @@ def _dilate_t(e, r, use_cv2: bool|None = None):
 
 # %% ../nbs/01_band.ipynb #2123eed7
 def _band_t(x, r, ignore_index=None):
-    "Bool band of label maps `x` ((B,H,W) or (H,W); a tensor for a tensor, numpy for numpy): pixels within Euclidean distance `r` (any real r >= 0) of an edge pixel, never `ignore_index`."
+    "Band of maps `x` ((B,)H,W), tensor or numpy: pixels within `r` of an edge, not `ignore_index`."
     band = _dilate_t(_edges_t(x), r)
     if ignore_index is not None: band &= x != ignore_index
     return band
 
 # %% ../nbs/01_band.ipynb #8dff4208
 def batch_band(labels, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
-    "Bool band of `labels` ((B,H,W) or (H,W)), same shape and device, in pure torch: equal to `near_boundary_mask`."
+    "Bool band of `labels` ((B,)H,W), same shape and device, in pure torch: `near_boundary_mask`'s."
     radius = _check_radius(radius); _check_ignore(ignore_index)
     if not isinstance(labels, torch.Tensor):                # numpy in, numpy out
-        return batch_band(torch.from_numpy(np.ascontiguousarray(labels)), radius, ignore_index).numpy()
-    x = labels.as_subclass(torch.Tensor)                      # plain tensor ops (fastai's TensorMask etc. in)
+        return batch_band(torch.from_numpy(np.ascontiguousarray(labels)), radius,
+                          ignore_index).numpy()
+    x = labels.as_subclass(torch.Tensor)  # plain tensor ops (fastai's TensorMask etc. in)
     _check_labels(x, 'labels')
     return _band_t(x, radius, ignore_index)

@@ -12,7 +12,8 @@ from fastcore.basics import store_attr, patch
 from fastai.data.core import DataLoaders
 from .band import TRAIN_RADIUS
 from .images import _load_image, _open_image, open_image_file
-from .data import CAMVID_CODES, _MaskPath, _common_size, _dataloaders, _items_size, _split_kwargs, band_dblock
+from .data import (CAMVID_CODES, _MaskPath, _common_size, _dataloaders, _items_size,
+                          _split_kwargs, band_dblock)
 
 # %% auto #0
 __all__ = ['SegData', 'camvid', 'stanford_background']
@@ -25,7 +26,7 @@ class _InSet:
 
 # %% ../nbs/02a_datasets.ipynb #5bfd8675
 class _Relocate:
-    "Image file -> the file of the same stem in `folder`, with suffix `suffix` (a class: picklable)."
+    "Image file -> the file of its stem in `folder`, with suffix `suffix` (a class: picklable)."
     def __init__(self, folder, suffix): self.folder, self.suffix = Path(folder), suffix
     def __call__(self, f): return self.folder/(Path(f).stem + self.suffix)
 
@@ -36,8 +37,9 @@ def _need(path: Path, what: str) -> Path:
 
 # %% ../nbs/02a_datasets.ipynb #7024cb58
 class SegData:
-    "A segmentation data set on disk: the image files of each split, each image's label file, the class names and the void label."
-    def __init__(self, name: str, splits: dict, label_func: Callable, codes: list, void: int | None = None):
+    "A segmentation data set on disk: each split's images, their label files, class names, void."
+    def __init__(self, name: str, splits: dict, label_func: Callable, codes: list,
+                 void: int | None = None):
         store_attr()
         for k, fs in splits.items():
             if not fs: raise FileNotFoundError(f"{name}: the {k} split has no images.")
@@ -45,11 +47,16 @@ class SegData:
     def n_classes(self) -> int: return len(self.codes)
     def files(self, split: str) -> list: return self.splits[split]
     def read(self, f) -> tuple:
-        "(uint8 RGB image (H,W,3), uint8 label map (H,W)) of image file `f`, at its own size; the image read as for training (`_open_image`)."
+        "(uint8 RGB (H,W,3), uint8 labels (H,W)) of image file `f`, own size, read as for training."
         img, lbl = np.array(_open_image(f)), np.array(_load_image(self.label_func(f), 'label map'))
-        if img.shape[:2] != lbl.shape: raise ValueError(f"{f} is {img.shape[1]}x{img.shape[0]} but its label map is {lbl.shape[1]}x{lbl.shape[0]}.")
+        if img.shape[:2] != lbl.shape: raise ValueError(f"{f} is {img.shape[1]}x{img.shape[0]} but "
+                                                        "its label map is "
+                                                        f"{lbl.shape[1]}x{lbl.shape[0]}.")
         return img, lbl
-    def __repr__(self): return f"SegData({self.name!r}, {', '.join(f'{k} {len(v)}' for k, v in self.splits.items())}, {self.n_classes} classes, void {self.void})"
+    def __repr__(self):
+        return (f"SegData({self.name!r}, "
+                f"{', '.join(f'{k} {len(v)}' for k, v in self.splits.items())}, "
+                f"{self.n_classes} classes, void {self.void})")
 
 # %% ../nbs/02a_datasets.ipynb #8c9b765e
 def _size(f) -> tuple:
@@ -59,45 +66,52 @@ def _size(f) -> tuple:
 # %% ../nbs/02a_datasets.ipynb #e4f65b6f
 @patch
 def train_size(self: SegData) -> tuple:
-    "(H, W) of training batches: the most common size among the training images (all of them, when they agree)."
+    "(H, W) of training batches: the most common size of the training images."
     return _common_size(_size(f) for f in self.files('train'))
 
 # %% ../nbs/02a_datasets.ipynb #f690bd71
 @patch
 def dls(self: SegData, bs: int = 8, radius: int = TRAIN_RADIUS, size=None, **kw) -> DataLoaders:
-    "(image, mask, band) `DataLoaders` of the train and val splits; images of mixed sizes are resized to `train_size()` unless `size` says."
+    "(image, mask, band) `DataLoaders` of train, val; mixed sizes resized to `size`/`train_size()`."
     train, valid = self.files('train'), self.files('val')
     sizes = [_size(f) for f in train + valid]
     size = _items_size(size, sizes, sizes[:len(train)])
     dkw, lkw = _split_kwargs(kw)
-    dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func, splitter=FuncSplitter(_InSet(valid)), **dkw)
+    dblock = band_dblock(self.codes, radius, self.void, size, get_y=self.label_func,
+                         splitter=FuncSplitter(_InSet(valid)), **dkw)
     return _dataloaders(dblock, train + valid, bs, **lkw)
 
 # %% ../nbs/02a_datasets.ipynb #221445cf
 @patch
 def subset(self: SegData, **n) -> SegData:
     "The same data set with only the first `n[split]` images of the named splits (quick runs)."
-    return SegData(self.name, {k: fs[:n.get(k, len(fs))] for k, fs in self.splits.items()}, self.label_func, self.codes, self.void)
+    return SegData(self.name, {k: fs[:n.get(k, len(fs))] for k, fs in self.splits.items()},
+                   self.label_func, self.codes, self.void)
 
 # %% ../nbs/02a_datasets.ipynb #4217b85f
 def camvid(root) -> SegData:
-    "CamVid in the SegNet layout: `root`/{train,val,test} images and {train,val,test}annot label maps, 11 classes, void 11."
+    "CamVid (SegNet layout): `root`/{split} images, {split}annot label maps; 11 classes, void 11."
     root = Path(root)
-    splits = {s: sorted(get_image_files(_need(root/s, 'expected the SegNet layout (train/, trainannot/, val/, ...)'), recurse=False))
+    splits = {s: sorted(get_image_files(_need(root/s, 'expected the SegNet layout (train/, '
+                                                      'trainannot/, val/, ...)'), recurse=False))
               for s in ('train', 'val', 'test')}
     return SegData('CamVid', splits, _MaskPath('annot'), CAMVID_CODES[:-1], void=11)
 
 # %% ../nbs/02a_datasets.ipynb #d4aaa342
 def stanford_background(root, valid_pct: float = 0.15, seed: int = 0) -> SegData:
-    "Stanford Background: `root`/images/*.jpg, labels/*.png (8 classes, void 255), split/{train,test}.txt; val is a seeded `valid_pct` of train."
+    "Stanford Background: `root`/images, labels, split/{train,test}.txt; val: `valid_pct` of train."
     root = Path(root)
-    ids = {s: _need(root/'split'/f'{s}.txt', 'expected split/train.txt and split/test.txt').read_text().split() for s in ('train', 'test')}
-    codes = [l.split(maxsplit=1)[1] for l in _need(root/'classes.txt', 'expected classes.txt').read_text().splitlines()
+    ids = {s: _need(root/'split'/f'{s}.txt',
+                    'expected split/train.txt and split/test.txt').read_text().split()
+           for s in ('train', 'test')}
+    codes = [l.split(maxsplit=1)[1]
+             for l in _need(root/'classes.txt', 'expected classes.txt').read_text().splitlines()
              if l.strip() and l.split()[0] != '255']
     order = np.random.default_rng(seed).permutation(len(ids['train']))
     n_val = round(valid_pct * len(ids['train']))
     val = set(np.array(ids['train'])[order[:n_val]].tolist())
     img = lambda i: root/'images'/f'{i}.jpg'
-    splits = dict(train=[img(i) for i in ids['train'] if i not in val], val=[img(i) for i in ids['train'] if i in val],
+    splits = dict(train=[img(i) for i in ids['train'] if i not in val],
+                  val=[img(i) for i in ids['train'] if i in val],
                   test=[img(i) for i in ids['test']])
     return SegData('Stanford Background', splits, _Relocate(root/'labels', '.png'), codes, void=255)

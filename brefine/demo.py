@@ -26,22 +26,26 @@ __all__ = ['DEMO_MARK', 'CoarseSegmenter', 'MaskLoss', 'run_demo']
 
 # %% ../nbs/07_demo.ipynb #08f7124b
 class CoarseSegmenter(nn.Module):
-    "A small CNN that predicts class logits at `stride` and upsamples them bilinearly: coarse boundaries by design."
+    "A small CNN: class logits at `stride`, upsampled bilinearly: coarse boundaries by design."
     def __init__(self, n_classes: int, width: int = 32, stride: int = 8):
         super().__init__()
         layers, c = [], 3
         for i in range(int(np.log2(stride))):
-            layers += [nn.Conv2d(c, width, 3, stride=2, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-                       nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            layers += [nn.Conv2d(c, width, 3, stride=2, padding=1), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True),
+                       nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True)]
             c = width
         self.body, self.head = nn.Sequential(*layers), nn.Conv2d(width, n_classes, 1)
     def forward(self, x):
-        return F.interpolate(self.head(self.body(x)), size=x.shape[-2:], mode='bilinear', align_corners=False)
+        return F.interpolate(self.head(self.body(x)), size=x.shape[-2:], mode='bilinear',
+                             align_corners=False)
 
 # %% ../nbs/07_demo.ipynb #73829a9c
 class MaskLoss:
     "Cross-entropy on the mask of an (image, mask, band) batch; void pixels ignored."
-    def __init__(self, ignore_index=None): self.ce = CrossEntropyLossFlat(axis=1, ignore_index=ifnone(ignore_index, -100))
+    def __init__(self, ignore_index=None):
+        self.ce = CrossEntropyLossFlat(axis=1, ignore_index=ifnone(ignore_index, -100))
     def __call__(self, pred, mask, *_): return self.ce(pred, mask)
     def decodes(self, x): return x.argmax(1)
     def activation(self, x): return x.softmax(1)
@@ -54,30 +58,34 @@ def _heldout(n, seed, size):
 # %% ../nbs/07_demo.ipynb #7cf90c96
 def _table(rows):
     w = max(len(r[0]) for r in rows)
-    lines = [f"{'':{w}}  {'mIoU':>7}  {'bF@3px':>7}"] + [f"{n:{w}}  {a*100:7.1f}  {b*100:7.1f}" for n, a, b in rows]
+    lines = [f"{'':{w}}  {'mIoU':>7}  {'bF@3px':>7}"] + [f"{n:{w}}  {a*100:7.1f}  {b*100:7.1f}"
+                                                         for n, a, b in rows]
     return '\n'.join(lines)
 
 # %% ../nbs/07_demo.ipynb #934c067c
 DEMO_MARK = '.brefine-demo'   # the file that marks a folder `run_demo` wrote
 
 def _check_demo_folder(out: Path, force: bool):
-    "Refuse `out` when it holds files and is not a folder `run_demo` wrote (even with `force`), or is one, without `force`."
+    "Refuse `out` if it holds files: always unless `run_demo` wrote it, else without `force`."
     if not out.exists() or (out.is_dir() and not any(out.iterdir())): return
-    if not out.is_dir(): raise NotADirectoryError(f"out {out} is a file: pass a new or empty folder for the demo.")
+    if not out.is_dir():
+        raise NotADirectoryError(f"out {out} is a file: pass a new or empty folder for the demo.")
     if not (out/DEMO_MARK).is_file():
-        raise FileExistsError(f"out {out} is a folder of yours, not one the demo wrote: the demo would write data/, demo.png and "
-                              "refiner/ into it. Pass a new or empty folder.")
-    if not force: raise FileExistsError(f"out {out} holds an earlier demo: pass force=True (brefine demo --force) to replace it.")
+        raise FileExistsError(f"out {out} is a folder of yours, not one the demo wrote: the demo "
+                              "would write data/, demo.png and refiner/ into it. Pass a new or "
+                              "empty folder.")
+    if not force: raise FileExistsError(f"out {out} holds an earlier demo: pass force=True "
+                                        "(brefine demo --force) to replace it.")
 
 # %% ../nbs/07_demo.ipynb #babbe4b5
-def run_demo(out='demo_out',               # folder for the figure, the data set and the Refiner bundle
+def run_demo(out='demo_out',  # folder for the figure, the data set and the Refiner bundle
              n_train: int = 64, n_valid: int = 16, n_test: int = 32,
              size=(96, 128),               # scene size (H, W)
              base_epochs: int = 20, emb_epochs: int = 15,
              backbone: str = 'resnet18', emb_dim: int = 32,
              seed: int = 0, verbose: bool = True,
              force: bool = False) -> dict:          # replace an earlier demo in `out`
-    "Train a coarse base model and brefine on synthetic scenes; refine held-out predictions; report and plot."
+    "Train a coarse base model and brefine on synthetic scenes, refine held-out ones; report, plot."
     from fastai.torch_core import set_seed
     out = Path(out); _check_demo_folder(out, force); out.mkdir(parents=True, exist_ok=True)
     with atomic_write(out/DEMO_MARK, 'w') as f: f.write('a folder written by brefine demo\n')
@@ -93,25 +101,29 @@ def run_demo(out='demo_out',               # folder for the figure, the data set
     learn = refine_learner(dls, backbone=backbone, emb_dim=emb_dim, pretrained=False)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(emb_epochs, 2e-3)
     say(f"embedder trained ({emb_epochs} epochs): {time.time()-t0:.0f}s")
-    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n, train_radius=TRAIN_RADIUS, names=SYNTH_CODES, progress=False)
+    protos = extract_prototypes(learn.model, dls.test_dl(dls.train.items, with_labels=True), n,
+                                train_radius=TRAIN_RADIUS, names=SYNTH_CODES, progress=False)
     base_model = base.model.eval()
     ref = Refiner(learn.model.eval(), protos)
     val_imgs, val_gts = _heldout(n_valid, seed + 10_000, size)
     ref.calibrate(val_imgs, base_model, val_gts, progress=False)
-    say(f"calibrated on {n_valid} validation scenes: radius={ref.radius} top_n={ref.top_n} tau={ref.tau} alpha={ref.alpha} vote={ref.vote}")
+    say(f"calibrated on {n_valid} validation scenes: radius={ref.radius} top_n={ref.top_n} "
+        f"tau={ref.tau} alpha={ref.alpha} vote={ref.vote}")
     imgs, gts = _heldout(n_test, seed + 20_000, size)
     x, _ = prepare_image(np.stack(imgs), protos.mean, protos.std)
     with torch.inference_mode(): bp = base_probs(base_model, x, True)
     base_pred = to_numpy(bp.argmax(1))
     t1 = time.time(); refined = to_numpy(ref(np.stack(imgs), bp)); t_ref = time.time() - t1
     res = dict(base_miou=mean_iou(base_pred, gts, n), refined_miou=mean_iou(refined, gts, n),
-               base_bf=boundary_f1(base_pred, gts, n, tolerance=3), refined_bf=boundary_f1(refined, gts, n, tolerance=3),
+               base_bf=boundary_f1(base_pred, gts, n, tolerance=3),
+               refined_bf=boundary_f1(refined, gts, n, tolerance=3),
                settings=ref.settings, refine_seconds=t_ref, total_seconds=time.time() - t0)
-    res['table'] = _table([('base', res['base_miou'], res['base_bf']), ('brefine', res['refined_miou'], res['refined_bf'])])
+    res['table'] = _table([('base', res['base_miou'], res['base_bf']),
+                           ('brefine', res['refined_miou'], res['refined_bf'])])
     res['figure'] = _figure(imgs[:4], gts[:4], base_pred[:4], refined[:4], out/'demo.png')
     ref.save(out/'refiner')
-    say(f"\nheld-out synthetic scenes ({n_test}):\n{res['table']}\nfigure: {res['figure']}  bundle: {out/'refiner'}  "
-        f"total {res['total_seconds']:.0f}s")
+    say(f"\nheld-out synthetic scenes ({n_test}):\n{res['table']}\nfigure: {res['figure']}  "
+        f"bundle: {out/'refiner'}  total {res['total_seconds']:.0f}s")
     return res
 
 # %% ../nbs/07_demo.ipynb #02254860
@@ -119,11 +131,14 @@ def _figure(imgs, gts, base, refined, fname):
     import matplotlib.pyplot as plt
     k = len(imgs); fig, axs = plt.subplots(k, 5, figsize=(13, 2.3 * k), squeeze=False)
     for i in range(k):
-        changed = np.zeros(gts[i].shape + (3,)); changed[(base[i] != refined[i]) & (refined[i] == gts[i])] = (0, 0.8, 0)
+        changed = np.zeros(gts[i].shape + (3,))
+        changed[(base[i] != refined[i]) & (refined[i] == gts[i])] = (0, 0.8, 0)
         changed[(base[i] != refined[i]) & (refined[i] != gts[i])] = (0.9, 0, 0)
-        for ax, (t, m) in zip(axs[i], [('image', imgs[i]), ('base', base[i]), ('refined', refined[i]), ('ground truth', gts[i]),
+        for ax, (t, m) in zip(axs[i], [('image', imgs[i]), ('base', base[i]),
+                                       ('refined', refined[i]), ('ground truth', gts[i]),
                                        ('changed: green fixed, red broke', changed)]):
-            ax.imshow(m, cmap=None if m.ndim == 3 else 'tab10', vmin=0, vmax=9, interpolation='nearest')
+            ax.imshow(m, cmap=None if m.ndim == 3 else 'tab10', vmin=0, vmax=9,
+                      interpolation='nearest')
             ax.axis('off')
             if i == 0: ax.set_title(t, fontsize=9)
     fig.tight_layout()

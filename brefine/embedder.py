@@ -19,118 +19,145 @@ __all__ = ['FUSIONS', 'EmbeddingHead', 'embedding_size', 'EmbeddingNet']
 def _check_dims(**dims):
     "Refuse channel counts that are not positive ints, naming the argument."
     for k, v in dims.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}.")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{k} must be a positive int, got {v!r}.")
 
 # %% ../nbs/03a_embedder.ipynb #423770b6
 def _check_images(x, training: bool, who: str):
     "Refuse what an embedder of (B,3,H,W) images cannot take, saying what to do."
     if x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"{who} expects images (B,3,H,W), got shape {tuple(x.shape)}: add a batch axis with x[None] "
-                         "or convert grey images to RGB.")
+        raise ValueError(f"{who} expects images (B,3,H,W), got shape {tuple(x.shape)}: add a batch "
+                         "axis with x[None] or convert grey images to RGB.")
     if training and x.shape[0] == 1:
-        raise ValueError(f"{who} cannot train on a batch of one image (the ASPP image-pooling branch normalises "
-                         "over the batch): use a batch size of 2 or more, or call .eval() for inference.")
+        raise ValueError(f"{who} cannot train on a batch of one image (the ASPP image-pooling "
+                         "branch normalises over the batch): use a batch size of 2 or more, or "
+                         "call .eval() for inference.")
 
 # %% ../nbs/03a_embedder.ipynb #0f342029
-FUSIONS = ('concat', 'sum')   # how `EmbeddingHead` fuses its two features: DeepLabV3+'s concatenation, or the light sum
+FUSIONS = ('concat', 'sum')  # how `EmbeddingHead` fuses: DeepLabV3+'s concatenation, or a light sum
 
 def _check_fusion(fusion):
-    if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}: 'concat' is DeepLabV3+'s decoder, 'sum' the light one.")
+    if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}: "
+                                               "'concat' is DeepLabV3+'s decoder, 'sum' the light "
+                                               "one.")
 
 # %% ../nbs/03a_embedder.ipynb #2b15b73e
 class EmbeddingHead(nn.Module):
-    "ASPP on a deep feature, fused at stride 4 with a reduced low-level feature (`fusion`), then a 1x1 convolution to `emb_dim` channels."
-    def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 feature and of the deep feature
-                 emb_dim: int = 32, rates=(6, 12, 18), normalize: bool = True, # embedding channels, ASPP rates, unit-norm embeddings
-                 aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48, dropout: float = 0.1,  # as in `EmbeddingNet`
+    "ASPP on the deep feature, fused (`fusion`) with the stride-4 one, a 1x1 conv to `emb_dim`."
+    def __init__(self, low_ch: int, high_ch: int,   # channels of the stride-4 and the deep feature
+                 emb_dim: int = 32, rates=(6, 12, 18),  # embedding channels, ASPP rates
+                 normalize: bool = True,  # unit-norm embeddings
+                 aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48,
+                 dropout: float = 0.1,  # as in `EmbeddingNet`
                  fusion: str = 'concat'):       # one of `FUSIONS`
         super().__init__()
-        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim)
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim,
+                    decoder_dim=decoder_dim)
         _check_fusion(fusion)
         self.aspp = ASPP(high_ch, list(rates), aspp_dim)
-        self.aspp.project[-1].p = as_float(dropout, 'dropout', 0, 1, " It is the probability of dropping each ASPP feature in training, like 0.1.", below_hi=True)
-        def cbr(ci, co, k, groups=1): return [nn.Conv2d(ci, co, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
+        self.aspp.project[-1].p = as_float(dropout, 'dropout', 0, 1, " It is the probability of "
+                                           "dropping each ASPP feature in training, like 0.1.",
+                                           below_hi=True)
+        def cbr(ci, co, k, groups=1):
+            return [nn.Conv2d(ci, co, k, padding=k // 2, groups=groups, bias=False),
+                    nn.BatchNorm2d(co), nn.ReLU(inplace=True)]
         if fusion == 'concat':
             self.reduce = nn.Sequential(*cbr(low_ch, low_level_dim, 1))
-            self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3), *cbr(decoder_dim, decoder_dim, 3))
+            self.decoder = nn.Sequential(*cbr(aspp_dim + low_level_dim, decoder_dim, 3),
+                                         *cbr(decoder_dim, decoder_dim, 3))
         else:
-            self.reduce, self.project = nn.Conv2d(low_ch, decoder_dim, 1, bias=False), nn.Conv2d(aspp_dim, decoder_dim, 1, bias=False)
-            self.decoder = nn.Sequential(nn.BatchNorm2d(decoder_dim), nn.ReLU(inplace=True), *cbr(decoder_dim, decoder_dim, 3, decoder_dim), *cbr(decoder_dim, decoder_dim, 1))
+            self.reduce, self.project = (nn.Conv2d(low_ch, decoder_dim, 1, bias=False),
+                                         nn.Conv2d(aspp_dim, decoder_dim, 1, bias=False))
+            self.decoder = nn.Sequential(nn.BatchNorm2d(decoder_dim), nn.ReLU(inplace=True),
+                                         *cbr(decoder_dim, decoder_dim, 3, decoder_dim),
+                                         *cbr(decoder_dim, decoder_dim, 1))
         self.head = nn.Conv2d(decoder_dim, emb_dim, 1)
         store_attr('emb_dim,normalize,fusion')
 
 # %% ../nbs/03a_embedder.ipynb #d4254b09
 def _channels_last(x):
     "A 4-d tensor in channels-last memory layout; anything else as it is."
-    return x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.ndim == 4 else x
+    return (x.contiguous(memory_format=torch.channels_last)
+            if isinstance(x, torch.Tensor) and x.ndim == 4 else x)
 
 # %% ../nbs/03a_embedder.ipynb #ec6849f1
 def _weights_channels_last(params):
-    "Store the 4-d tensors of `params` channels-last, in place: the same values and `Parameter` objects, only the memory layout changes (the new storage is an ordinary tensor, in inference mode too)."
-    todo = [p for p in params if p.ndim == 4 and not p.is_contiguous(memory_format=torch.channels_last)]
+    "Store the 4-d tensors of `params` channels-last in place: same values and `Parameter` objects."
+    todo = [p for p in params if p.ndim == 4
+            and not p.is_contiguous(memory_format=torch.channels_last)]
     if not todo: return
     with torch.inference_mode(False), torch.no_grad():
         for p in todo: p.data = _channels_last(p.data)
 
 # %% ../nbs/03a_embedder.ipynb #5f2af8a9
 def _fast_layout(m: nn.Module, *xs) -> tuple:
-    "The feature maps `xs` for the module `m` to read in eval mode on a CPU: channels-last; in inference mode `m`'s own 4-d weights too (in place, once: while its first spatial kernel is not yet so). Otherwise `xs` as they are."
+    "`xs` channels-last for `m` in eval on a CPU (in inference mode `m`'s weights too), else as is."
     if m.training or xs[0].device.type != 'cpu': return xs
     if torch.is_inference_mode_enabled():
-        k = next((p for p in m.parameters() if p.ndim == 4 and p.shape[-1] > 1), None)   # a 1x1 kernel fits both layouts
-        if k is not None and not k.is_contiguous(memory_format=torch.channels_last): _weights_channels_last(m.parameters())
+        k = next((p for p in m.parameters() if p.ndim == 4 and p.shape[-1] > 1),
+                 None)  # a 1x1 kernel fits both layouts
+        if k is not None and not k.is_contiguous(memory_format=torch.channels_last):
+            _weights_channels_last(m.parameters())
     return tuple(_channels_last(x) for x in xs)
 
 # %% ../nbs/03a_embedder.ipynb #06a64d10
 @patch
 def forward(self: EmbeddingHead, low: torch.Tensor, high: torch.Tensor, size=None) -> torch.Tensor:
-    "Embeddings (B,emb_dim,*size) from the stride-4 feature `low` and the deep feature `high`; `size` defaults to `low`'s."
+    "Embeddings (B,emb_dim,*size) of the stride-4 feature `low` and deep `high` (`size`: `low`'s)."
     size = tuple(size or low.shape[-2:])
     low, high = _fast_layout(self, low, high)
     low, high = self.reduce(low), self.aspp(high)
-    if self.fusion == 'sum': high = self.project(high)                  # 1x1 before upsampling: the same, on 1/16 of the pixels
+    if self.fusion == 'sum': high = self.project(high)  # 1x1 before upsampling: 1/16 of the pixels
     if low.shape[-2:] != size: low = F.interpolate(low, size, mode='bilinear', align_corners=False)
     high = F.interpolate(high, size, mode='bilinear', align_corners=False)
-    e = self.head(self.decoder(torch.cat([high, low], 1) if self.fusion == 'concat' else high + low))
+    e = self.head(self.decoder(torch.cat([high, low], 1) if self.fusion == 'concat'
+                               else high + low))
     return F.normalize(e, dim=1) if self.normalize else e
 
 
 # %% ../nbs/03a_embedder.ipynb #8ec592d7
 def embedding_size(x: torch.Tensor) -> tuple:
-    "(ceil(H/4), ceil(W/4)): the size of the stride-4 embedding map that brefine's embedders give for images `x` (...,H,W)."
+    "(ceil(H/4), ceil(W/4)): the size of brefine's stride-4 embeddings of images `x` (...,H,W)."
     return -(-x.shape[-2] // 4), -(-x.shape[-1] // 4)
 
 # %% ../nbs/03a_embedder.ipynb #5692e49d
 class EmbeddingNet(EmbeddingHead):
-    "DeepLabV3+ style network mapping images (B,3,H,W) to embeddings (B,emb_dim,ceil(H/4),ceil(W/4)): a backbone and an `EmbeddingHead`."
+    "A backbone and an `EmbeddingHead`: images (B,3,H,W) to embeddings (B,emb_dim,⌈H/4⌉,⌈W/4⌉)."
     stride = 4
     def __init__(self,
-                 backbone: str = 'resnet18',  # torchvision resnet18/34/50/101, mobilenet_v2, mobilenet_v3_large, or a timm model name
+                 backbone: str = 'resnet18',  # resnet18..101, mobilenet_v2/v3_large or a timm name
                  emb_dim: int = 32,           # embedding channels C
-                 pretrained = True,           # ImageNet weights for the backbone: True (IMAGENET1K_V1), False, or a weights name
+                 pretrained = True,  # ImageNet weights: True (IMAGENET1K_V1), False, a name
                  output_stride: int = 16,     # stride of the deep features: 16 or 8 (slower, finer)
                  normalize: bool = True,      # L2-normalise the embeddings (unit sphere)
                  aspp_dim: int = 64,          # ASPP channels
                  low_level_dim: int = 48,     # channels of the reduced stride-4 backbone feature
                  decoder_dim: int = 48,       # channels of the fusion convolutions
                  dropout: float = 0.1,        # dropout after the ASPP projection
-                 fusion: str = 'concat',      # how the head fuses the features: 'concat' (DeepLabV3+) or 'sum' (light), see `EmbeddingHead`
+                 fusion: str = 'concat',      # 'concat' (DeepLabV3+) or 'sum' (light)
                 ):
-        if not isinstance(backbone, str): raise TypeError(f"backbone must be a model name (str), got {type(backbone).__name__}.")
-        if output_stride not in (8, 16): raise ValueError(f"output_stride must be 8 or 16, got {output_stride}.")
-        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim); _check_fusion(fusion)
+        if not isinstance(backbone, str):
+            raise TypeError(f"backbone must be a model name (str), got {type(backbone).__name__}.")
+        if output_stride not in (8, 16):
+            raise ValueError(f"output_stride must be 8 or 16, got {output_stride}.")
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim,
+                    decoder_dim=decoder_dim); _check_fusion(fusion)
         body, low_ch, high_ch = _backbone(backbone, pretrained, output_stride)
-        super().__init__(low_ch, high_ch, emb_dim, (6, 12, 18) if output_stride == 16 else (12, 24, 36), normalize,
-                         aspp_dim, low_level_dim, decoder_dim, dropout, fusion)
+        super().__init__(low_ch, high_ch, emb_dim,
+                         (6, 12, 18) if output_stride == 16 else (12, 24, 36), normalize, aspp_dim,
+                         low_level_dim, decoder_dim, dropout, fusion)
         self.backbone = body
-        for k in [k for k in self._modules if k != 'backbone']: self._modules[k] = self._modules.pop(k)   # backbone first, as always
+        for k in [k for k in self._modules if k != 'backbone']:
+            self._modules[k] = self._modules.pop(k)   # backbone first, as always
         self.output_stride = output_stride
-        self.config = dict(backbone=backbone, emb_dim=emb_dim, pretrained=False, output_stride=output_stride, normalize=normalize,
-                           aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, dropout=dropout, fusion=fusion)
+        self.config = dict(backbone=backbone, emb_dim=emb_dim, pretrained=False,
+                           output_stride=output_stride, normalize=normalize,
+                           aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim,
+                           dropout=dropout, fusion=fusion)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_images(x, self.training, 'EmbeddingNet')
         size = embedding_size(x)
-        x, = _fast_layout(self, x)                                         # channels-last on a CPU: see `_fast_layout`
+        x, = _fast_layout(self, x)  # channels-last on a CPU: see `_fast_layout`
         f = self.backbone(x)
         return super().forward(f['low'], f['out'], size)

@@ -17,66 +17,85 @@ __all__ = ['EMBEDDER_FORMAT', 'EMBEDDER_VERSION', 'embedder_state', 'check_embed
            'save_embedder', 'load_embedder', 'embedder_fingerprint']
 
 # %% ../nbs/03d_embedder_io.ipynb #b0af6542
-EMBEDDER_FORMAT, EMBEDDER_VERSION = 'brefine.embedder', 2      # version 1: an EmbeddingNet; 2 adds kind='shared'
+EMBEDDER_FORMAT, EMBEDDER_VERSION = 'brefine.embedder', 2  # 1: EmbeddingNet; 2 adds kind='shared'
 
 def embedder_state(net) -> dict:
-    "`net` (an `EmbeddingNet` or `SharedEmbeddingNet`, or a Learner holding one) as plain data for `embedder_from_state`: format, config, CPU weights."
+    "`net` (or its Learner) as plain data for `embedder_from_state`: format, config, CPU weights."
     net = _model_of(net)
     if not isinstance(net, EmbeddingNet) and getattr(net, 'kind', None) != 'shared':
-        raise TypeError(f"brefine saves an EmbeddingNet or a SharedEmbeddingNet (its config rebuilds it), not a {type(net).__name__}: "
-                        "save other embedders with torch yourself.")
+        raise TypeError("brefine saves an EmbeddingNet or a SharedEmbeddingNet (its config "
+                        f"rebuilds it), not a {type(net).__name__}: save other embedders with "
+                        "torch yourself.")
     sd = {k: v.detach().cpu() for k, v in net.state_dict().items()}
     if isinstance(net, EmbeddingNet):
-        return dict(format=EMBEDDER_FORMAT, version=1, config=dict(net.config, pretrained=False), state_dict=sd)
-    return dict(format=EMBEDDER_FORMAT, version=2, kind='shared', config=dict(net.config), base=net.base_layers(), state_dict=sd)
+        return dict(format=EMBEDDER_FORMAT, version=1, config=dict(net.config, pretrained=False),
+                    state_dict=sd)
+    return dict(format=EMBEDDER_FORMAT, version=2, kind='shared', config=dict(net.config),
+                base=net.base_layers(), state_dict=sd)
 
 # %% ../nbs/03d_embedder_io.ipynb #843bdfb3
 _BUNDLE_EMBEDDER_FORMAT = 'brefine.refiner'     # the embedder file in older Refiner bundles
 
 def check_embedder_state(d, source: str = 'the embedder state') -> dict:
-    "`d` when it is an embedder state that this brefine reads (format, version, kind, config, weights), else a ValueError naming `source`."
-    if not isinstance(d, dict) or not isinstance(d.get('format'), str) or d['format'] not in (EMBEDDER_FORMAT, _BUNDLE_EMBEDDER_FORMAT):
-        raise ValueError(f"{source} is not a brefine embedder checkpoint (one written by `brefine train`, "
-                         "`save_embedder` or `Refiner.save`).")
-    damaged = lambda what: ValueError(f"{source} is a damaged brefine embedder checkpoint: {what}. Re-create it (save the embedder again).")
+    "`d` if this brefine reads it as an embedder state, else a ValueError naming `source`."
+    if not isinstance(d, dict) or not isinstance(d.get('format'), str) or d['format'] not in (
+            EMBEDDER_FORMAT, _BUNDLE_EMBEDDER_FORMAT):
+        raise ValueError(f"{source} is not a brefine embedder checkpoint (one written by `brefine "
+                         "train`, `save_embedder` or `Refiner.save`).")
+    damaged = lambda what: ValueError(f"{source} is a damaged brefine embedder checkpoint: {what}. "
+                                      "Re-create it (save the embedder again).")
     v = d.get('version', 0)
-    if isinstance(v, bool) or not isinstance(v, int): raise damaged(f"its format version is {v!r} ({type(v).__name__}), not a whole number")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise damaged(f"its format version is {v!r} ({type(v).__name__}), not a whole number")
     if d['format'] == EMBEDDER_FORMAT and v > EMBEDDER_VERSION:
-        raise ValueError(f"{source} was written by a newer brefine (format {v}): `pip install -U brefine`.")
+        raise ValueError(f"{source} was written by a newer brefine (format {v}): `pip install -U "
+                         "brefine`.")
     kind = d.get('kind', 'net')
-    if not isinstance(kind, str): raise damaged(f"its kind is {kind!r} ({type(kind).__name__}), not a name")
-    if kind not in ('net', 'shared'): raise ValueError(f"{source} holds an embedder of kind {kind!r}, which this brefine does not know: `pip install -U brefine`.")
-    if not isinstance(d.get('config'), dict): raise damaged(f"its config is {type(d.get('config')).__name__}, not a dict of settings" if 'config' in d else "it has no config")
-    if not isinstance(d.get('state_dict'), dict): raise damaged(f"its weights (state_dict) are {type(d.get('state_dict')).__name__}, not a dict of tensors" if 'state_dict' in d else "it has no weights (state_dict)")
+    if not isinstance(kind, str):
+        raise damaged(f"its kind is {kind!r} ({type(kind).__name__}), not a name")
+    if kind not in ('net', 'shared'): raise ValueError(f"{source} holds an embedder of kind "
+                                                       f"{kind!r}, which this brefine does not "
+                                                       "know: `pip install -U brefine`.")
+    if not isinstance(d.get('config'), dict): raise damaged("its config is "
+                                                            f"{type(d.get('config')).__name__}, "
+                                                            "not a dict of settings"
+                                                            if 'config' in d else "it has no "
+                                                            "config")
+    if not isinstance(d.get('state_dict'), dict): raise damaged("its weights (state_dict) are "
+            f"{type(d.get('state_dict')).__name__}, not a dict of tensors" if 'state_dict' in d
+            else "it has no weights (state_dict)")
     return d
 
 # %% ../nbs/03d_embedder_io.ipynb #d98acaf6
 def embedder_from_state(d, source: str = 'the embedder state', base=None):
-    "The embedder stored in `d` by `embedder_state`, in eval mode, built from its config without downloading anything; `base`: the model a shared one reads."
+    "Embedder in `d` (`embedder_state`) in eval mode, no download; `base`: a shared one's model."
     check_embedder_state(d, source)
     if d.get('kind', 'net') == 'shared':
         return shared_from_state(d, source, base)
     try: net = EmbeddingNet(**dict(d['config'], pretrained=False))
-    except Exception as e: raise ValueError(f"{source} holds an embedder configuration brefine cannot build ({type(e).__name__}: {e}).") from None
+    except Exception as e: raise ValueError(f"{source} holds an embedder configuration brefine "
+                                            f"cannot build ({type(e).__name__}: {e}).") from None
     return _load_weights(net, d['state_dict'], source).eval()
 
 # %% ../nbs/03d_embedder_io.ipynb #2f45c0de
 def save_embedder(net, path) -> Path:
-    "Write `net` (an `EmbeddingNet` or `SharedEmbeddingNet`, or a Learner holding one) to `path` atomically, for `load_embedder`."
+    "Write `net` (an embedder, or a Learner holding one) to `path` atomically, for `load_embedder`."
     return atomic_save(embedder_state(net), path)
 
 # %% ../nbs/03d_embedder_io.ipynb #cc403176
 def load_embedder(path, base=None):
-    "The embedder in the file `path` (from `save_embedder`, `brefine train` or a `Refiner` bundle), in eval mode; `base`: the model a shared one reads. Never runs code from the file."
+    "The embedder in file `path` in eval mode (runs no code from it); `base`: a shared one's model."
     return embedder_from_state(safe_load(path, 'embedder checkpoint'), path, base)
 
 # %% ../nbs/03d_embedder_io.ipynb #c98dfbde
 def embedder_fingerprint(net) -> str|None:
-    "SHA-256 (hex) of `net`'s kind, `config` and weights (a module, or a Learner holding one), read on the CPU; None for an embedder that is no module."
+    "SHA-256 hex of `net`'s kind, `config`, weights (module or its Learner); None if no module."
     net = _model_of(net)
     if not isinstance(net, nn.Module): return None
-    h = hashlib.sha256(json.dumps([type(net).__name__, getattr(net, 'config', None)], sort_keys=True, default=repr).encode())
+    h = hashlib.sha256(json.dumps([type(net).__name__, getattr(net, 'config', None)],
+                                  sort_keys=True, default=repr).encode())
     for k, v in sorted(net.state_dict().items()):
         t = v.detach().cpu().contiguous().reshape(-1)
-        h.update(f'|{k}|{t.dtype}|{tuple(v.shape)}|'.encode()); h.update(t.view(torch.uint8).numpy().tobytes())
+        h.update(f'|{k}|{t.dtype}|{tuple(v.shape)}|'.encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()

@@ -14,7 +14,8 @@ __all__ = ['Evaluation', 'FIGURES', 'evaluate']
 
 # %% ../nbs/06c_evaluation.ipynb #b73ae3d2
 Evaluation = namedtuple('Evaluation', 'table per_class figures')
-Evaluation.__doc__ = "What `evaluate` returns: `table` (metric x base/refined/delta), `per_class` (IoU and boundary F1 per class), `figures` (dict of matplotlib figures)."
+Evaluation.__doc__ = ("What `evaluate` returns: `table` (metric x base/refined/delta), `per_class` "
+                      "(IoU and boundary F1 per class), `figures` (dict of matplotlib figures).")
 
 def _frame(d: dict):
     "`d` ({column: {row: value}}) as a pandas DataFrame when pandas is installed."
@@ -39,9 +40,11 @@ def _plot_bf(names, res):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(max(6, 0.55*len(names) + 2), 3.2))
     x, wd = np.arange(len(names)), 0.8 / len(res)
-    for i, (k, r) in enumerate(res.items()): ax.bar(x + (i - (len(res)-1)/2)*wd, np.nan_to_num(r['bf']), wd, label=k)
+    for i, (k, r) in enumerate(res.items()):
+        ax.bar(x + (i - (len(res)-1)/2)*wd, np.nan_to_num(r['bf']), wd, label=k)
     ax.set_xticks(x); ax.set_xticklabels(names, rotation=45, ha='right'); ax.set_ylim(0, 1)
-    ax.set_ylabel('boundary F1'); ax.set_title('Boundary F1 per class'); ax.legend(); fig.tight_layout()
+    ax.set_ylabel('boundary F1'); ax.set_title('Boundary F1 per class')
+    ax.legend(); fig.tight_layout()
     return fig
 
 # %% ../nbs/06c_evaluation.ipynb #f8f83d9a
@@ -58,15 +61,18 @@ def _plot_trimap(widths, res):
 # %% ../nbs/06c_evaluation.ipynb #68c0e936
 def _plot_errors(gt, base, refined, n, ignore_index, idx):
     import matplotlib.pyplot as plt
-    g = gt.astype(np.int64); v = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
+    g = gt.astype(np.int64)
+    v = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
     wb = (base != gt) & v
     panels = [('ground truth', None), (f'base errors ({wb.sum()} px)', wb)]
     if refined is not None:
         wr = (refined != gt) & v
         panels.append((f'refined errors ({wr.sum()} px)', wr))
-    fig, axs = plt.subplots(1, len(panels) + (refined is not None), figsize=(3.3*(len(panels) + (refined is not None)), 3))
+    fig, axs = plt.subplots(1, len(panels) + (refined is not None),
+                            figsize=(3.3*(len(panels) + (refined is not None)), 3))
     cmap = plt.get_cmap('tab20', max(n, 2)).with_extremes(bad='black')
-    axs[0].imshow(np.ma.masked_array(g, ~v), cmap=cmap, vmin=-0.5, vmax=max(n, 2) - 0.5, interpolation='nearest')
+    axs[0].imshow(np.ma.masked_array(g, ~v), cmap=cmap, vmin=-0.5, vmax=max(n, 2) - 0.5,
+                  interpolation='nearest')
     for ax, (t, wrong) in zip(axs, panels):
         if wrong is not None:
             im = np.ones(g.shape + (3,)); im[~v] = 0.6; im[wrong] = (0.85, 0.1, 0.1)
@@ -74,7 +80,8 @@ def _plot_errors(gt, base, refined, n, ignore_index, idx):
         ax.set_title(t, fontsize=9)
     if refined is not None:
         im = np.ones(g.shape + (3,)); im[~v] = 0.6
-        im[wb & ~wr] = (0.1, 0.7, 0.1); im[~wb & wr] = (0.85, 0.1, 0.1); im[wb & wr] = (1.0, 0.7, 0.2)
+        im[wb & ~wr] = (0.1, 0.7, 0.1); im[~wb & wr] = (0.85, 0.1, 0.1)
+        im[wb & wr] = (1.0, 0.7, 0.2)
         axs[-1].imshow(im, interpolation='nearest')
         axs[-1].set_title(f'fixed {(wb & ~wr).sum()} / broken {(~wb & wr).sum()} px', fontsize=9)
     for ax in axs: ax.set_xticks([]); ax.set_yticks([])
@@ -86,47 +93,66 @@ def _plot_errors(gt, base, refined, n, ignore_index, idx):
 FIGURES = ('boundary_f1', 'trimap', 'errors')   # the figures of `evaluate(..., plot=True)`, by name
 
 # %% ../nbs/06c_evaluation.ipynb #06e72707
-def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index: int | None = None, class_names=None,
-             tolerance: float = 3, trimap_widths=(1, 2, 3, 5, 8, 12), plot: bool = True, dilation_ratio: float = 0.02,
+def evaluate(gts, base, refined=None, n_classes: int | None = None, ignore_index: int | None = None,
+             class_names=None,
+             tolerance: float = 3, trimap_widths=(1, 2, 3, 5, 8, 12), plot: bool = True,
+             dilation_ratio: float = 0.02,
              show_index: int | None = None) -> Evaluation:
-    "All metrics for `base` (and `refined`) predictions against `gts`, side by side, with figures when `plot`."
+    "All metrics of `base` (and `refined`) predictions against `gts` side by side; `plot`: figures."
     if n_classes is None:
-        if class_names is None: raise ValueError("Pass n_classes (or class_names, whose length is then the number of classes).")
+        if class_names is None: raise ValueError("Pass n_classes (or class_names, whose length is "
+                                                 "then the number of classes).")
         n_classes = len(class_names)
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     names = [str(c) for c in (class_names if class_names is not None else range(n_classes))]
-    if len(names) != n_classes: raise ValueError(f"class_names has {len(names)} names but n_classes={n_classes}: give one name per class.")
+    if len(names) != n_classes: raise ValueError(f"class_names has {len(names)} names but "
+                                                 f"n_classes={n_classes}: give one name per class.")
     widths = (trimap_widths,) if np.ndim(trimap_widths) == 0 else tuple(trimap_widths)
-    widths = tuple(as_float(w, 'trimap_widths', lo=0, hint=' They are distances in pixels from a ground-truth boundary.') for w in widths)
-    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
-    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of the image diagonal (0.02 in the paper).')
+    widths = tuple(as_float(w, 'trimap_widths', lo=0, hint=' They are distances in pixels from a '
+                                                           'ground-truth boundary.')
+                                                           for w in widths)
+    tolerance = as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of '
+                                                            'the image diagonal when below 1.')
+    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of '
+                              'the image diagonal (0.02 in the paper).')
     G = _as_maps(gts, 'gts')
     sets = {'base': _as_maps(base, 'base')}
     if refined is not None: sets['refined'] = _as_maps(refined, 'refined')
-    for k, P in sets.items():                                 # one prediction per ground truth, before any work
-        if len(P) != len(G): raise ValueError(f"{k} holds {len(P)} label maps but gts holds {len(G)}: pass one prediction per ground truth, in the same order.")
-    if show_index is not None: show_index = as_int(show_index, 'show_index', lo=0, hi=len(G) - 1, hint=' It is the index of the image whose errors are drawn.')
+    for k, P in sets.items():  # one prediction per ground truth, before any work
+        if len(P) != len(G): raise ValueError(f"{k} holds {len(P)} label maps but gts holds "
+                                              f"{len(G)}: pass one prediction per ground truth, in "
+                                              "the same order.")
+    if show_index is not None: show_index = as_int(show_index, 'show_index', lo=0, hi=len(G) - 1,
+                                                   hint=' It is the index of the image whose '
+                                                        'errors are drawn.')
     keep = _scored(n_classes, ignore_index)
-    res = {k: _summary(_stats(P, G, n_classes, ignore_index, (k, 'gts'), d_ratio=dilation_ratio, tol=tolerance, widths=widths), n_classes, keep)
+    res = {k: _summary(_stats(P, G, n_classes, ignore_index, (k, 'gts'), d_ratio=dilation_ratio,
+                              tol=tolerance, widths=widths), n_classes, keep)
            for k, P in sets.items()}
     tol = f'{tolerance:g} px' if tolerance >= 1 else f'{tolerance:g} diag'
-    rows = ['mIoU', 'boundary IoU', f'boundary F1 ({tol})'] + [f'trimap IoU ({w:g} px)' for w in widths]
+    rows = (['mIoU', 'boundary IoU', f'boundary F1 ({tol})']
+            + [f'trimap IoU ({w:g} px)' for w in widths])
     col = lambda r: dict(zip(rows, [r['miou'], r['biou'], r['bf_mean']] + r['trimap']))
     table = {k: col(r) for k, r in res.items()}
     pc = {}
-    for k, r in res.items(): pc[f'IoU {k}'] = dict(zip(names, r['iou'])); pc[f'boundary F1 {k}'] = dict(zip(names, r['bf']))
+    for k, r in res.items(): pc[f'IoU {k}'] = dict(zip(names, r['iou'])); pc['boundary F1 '
+            f'{k}'] = dict(zip(names, r['bf']))
     if refined is not None:
         table['delta'] = {m: table['refined'][m] - table['base'][m] for m in rows}
-        for m in ('IoU', 'boundary F1'): pc[f'{m} delta'] = {c: pc[f'{m} refined'][c] - pc[f'{m} base'][c] for c in names}
-        pc = {k: pc[k] for k in ('IoU base', 'IoU refined', 'IoU delta', 'boundary F1 base', 'boundary F1 refined', 'boundary F1 delta')}
+        for m in ('IoU', 'boundary F1'):
+            pc[f'{m} delta'] = {c: pc[f'{m} refined'][c] - pc[f'{m} base'][c] for c in names}
+        pc = {k: pc[k] for k in ('IoU base', 'IoU refined', 'IoU delta', 'boundary F1 base',
+                                 'boundary F1 refined', 'boundary F1 delta')}
     figs = {}
     if plot:
         B, R = sets['base'], sets.get('refined')
         if show_index is None:
             v = lambda g: True if ignore_index is None else g != ignore_index
-            score = [np.count_nonzero((B[i] != R[i]) & v(G[i])) if R is not None else np.count_nonzero((B[i] != G[i]) & v(G[i]))
+            score = [np.count_nonzero((B[i] != R[i]) & v(G[i])) if R is not None
+                     else np.count_nonzero((B[i] != G[i]) & v(G[i]))
                      for i in range(len(G))]
             show_index = int(np.argmax(score))
         figs = dict(zip(FIGURES, (_plot_bf(names, res), _plot_trimap(widths, res), _plot_errors(
-            G[show_index], B[show_index], None if R is None else R[show_index], n_classes, ignore_index, show_index))))
+            G[show_index], B[show_index], None if R is None else R[show_index], n_classes,
+            ignore_index, show_index))))
     return Evaluation(_frame(table), _frame(pc), figs)

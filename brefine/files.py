@@ -16,41 +16,45 @@ from .images import ImageFormatError, open_image_file
 __all__ = ['IMG_EXTS', 'read_image', 'RefineItems']
 
 # %% ../nbs/07a_files.ipynb #ee6081bc
-IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.ppm', '.pgm', '.pbm', '.pnm')   # the formats open_image_file reads
+IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.gif', '.ppm', '.pgm',
+            '.pbm', '.pnm')   # the formats open_image_file reads
 
 def _rgb(a: np.ndarray, f: Path) -> np.ndarray:
     "An OpenCV image (H,W) or (H,W,C) in BGR(A) order as RGB (H,W,3); only 8- and 16-bit pixels."
     if a.dtype not in (np.uint8, np.uint16):
-        raise ValueError(f"cannot read image {f}: it holds {a.dtype} pixels, and brefine reads 8- and 16-bit images. "
-                         "Save it as an 8- or 16-bit PNG.")
+        raise ValueError(f"cannot read image {f}: it holds {a.dtype} pixels, and brefine reads 8- "
+                         "and 16-bit images. Save it as an 8- or 16-bit PNG.")
     if a.ndim == 3 and a.shape[2] >= 3: return np.ascontiguousarray(a[..., 2::-1])   # BGR(A) -> RGB
-    g = a if a.ndim == 2 else a[..., 0]                                               # grey, maybe with alpha
+    g = a if a.ndim == 2 else a[..., 0]  # grey, maybe with alpha
     return np.repeat(g[..., None], 3, axis=2)
 
 # %% ../nbs/07a_files.ipynb #3dfa12c0
 def _pil_image(f, rgb: bool = True):
-    "The image file `f` (of `IMAGE_FORMATS` only) as RGB pixels, or with `rgb=False` its format, by PIL. Errors name the file."
+    "The image file `f` (`IMAGE_FORMATS`) as RGB pixels, or its format with `rgb=False`, by PIL."
     try:
         with open_image_file(f) as im: return np.asarray(im.convert('RGB')) if rgb else im.format
     except (FileNotFoundError, PermissionError, MemoryError, ImageFormatError): raise
-    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or unsupported file).") from None
+    except Exception as e: raise ValueError(f"cannot read image {f}: {e} (a truncated, corrupt or "
+                                            "unsupported file).") from None
 
 # %% ../nbs/07a_files.ipynb #a4e138c0
 def read_image(f) -> np.ndarray:
-    "The image file `f` as RGB (H,W,3): uint8, or uint16 for a 16-bit PNG or TIFF (its full range kept); only the formats of `IMAGE_FORMATS`, by content. Errors name the file."
+    "The image `f` (`IMAGE_FORMATS`, by content) as RGB (H,W,3) uint8, or uint16 if 16-bit."
     import cv2
     f = Path(f)
-    if f.stat().st_size == 0: raise ValueError(f"cannot read image {f}: the file is empty (0 bytes).")
-    if _pil_image(f, rgb=False) in ('PNG', 'TIFF'):        # lossless formats that can hold 16 bits, whatever the file's name
+    if f.stat().st_size == 0:
+        raise ValueError(f"cannot read image {f}: the file is empty (0 bytes).")
+    if _pil_image(f, rgb=False) in ('PNG', 'TIFF'):        # 16-bit capable, whatever the name
         a = cv2.imdecode(np.fromfile(f, np.uint8), cv2.IMREAD_UNCHANGED)
         if a is not None: return _rgb(a, f)
     return _pil_image(f)
 
 # %% ../nbs/07a_files.ipynb #edb6dbd1
 def _score_file(scores: Path, image: Path):
-    "The saved scores of `image` in the folder `scores` (`<stem>.npy` or `<stem>.pt`), or None; refused when both are there."
+    "The score file `<stem>.npy` or `<stem>.pt` of `image` in `scores`, or None; not both."
     found = [c for c in (scores/(image.stem + '.npy'), scores/(image.stem + '.pt')) if c.exists()]
-    if len(found) > 1: raise ValueError(f"{image.name} has two score files, {found[0]} and {found[1]}: keep one, and remove or move the other.")
+    if len(found) > 1: raise ValueError(f"{image.name} has two score files, {found[0]} and "
+                                        f"{found[1]}: keep one, and remove or move the other.")
     return found[0] if found else None
 
 # %% ../nbs/07a_files.ipynb #f588f8e2
@@ -59,54 +63,65 @@ def _load_npy(f: Path) -> np.ndarray:
     try: a = np.load(f, allow_pickle=False)
     except (FileNotFoundError, PermissionError): raise
     except Exception as e:
-        why = ("holds Python objects (an object array), not numbers" if 'Object arrays' in str(e) else
-               "is pickled data, not a .npy array" if 'pickled' in str(e) else
+        why = ("holds Python objects (an object array), not numbers" if 'Object arrays' in str(e)
+               else "is pickled data, not a .npy array" if 'pickled' in str(e) else
                f"is empty, truncated or not a .npy file ({type(e).__name__}: {e})")
-        raise ValueError(f"cannot read score file {f}: it {why}. Score files are read as data only, never unpickled: "
-                         "save float scores with np.save(path, scores.astype(np.float32)).") from None
-    if not isinstance(a, np.ndarray): a.close(); raise ValueError(f"{f} is an .npz archive: save each image's scores with np.save.")
+        raise ValueError(f"cannot read score file {f}: it {why}. Score files are read as data "
+                         "only, never unpickled: save float scores with np.save(path, "
+                         "scores.astype(np.float32)).") from None
+    if not isinstance(a, np.ndarray):
+        a.close()
+        raise ValueError(f"{f} is an .npz archive: save each image's scores with np.save.")
     return a
 
 # %% ../nbs/07a_files.ipynb #6b2a372d
 def _read_scores(f: Path) -> torch.Tensor:
-    "The float (M,H,W) scores in the file `f` (.npy without unpickling, .pt with `safe_load`): never runs code from the file."
+    "The float (M,H,W) scores in `f` (.npy not unpickled, .pt by `safe_load`): never runs its code."
     sc = _load_npy(f) if f.suffix.lower() == '.npy' else safe_load(f, 'score file')
-    if isinstance(sc, np.ndarray) and sc.dtype.kind == 'f': sc = torch.from_numpy(np.ascontiguousarray(sc))
+    if isinstance(sc, np.ndarray) and sc.dtype.kind == 'f':
+        sc = torch.from_numpy(np.ascontiguousarray(sc))
     if isinstance(sc, torch.Tensor) and (sc.layout != torch.strided or sc.is_meta):
-        raise ValueError(f"{f} holds a {'meta' if sc.is_meta else 'sparse'} tensor, not scores: save a dense float (M,H,W) tensor "
-                         "(`scores.to_dense().cpu()`) per image.")
+        raise ValueError(f"{f} holds a {'meta' if sc.is_meta else 'sparse'} tensor, not scores: "
+                         "save a dense float (M,H,W) tensor (`scores.to_dense().cpu()`) per image.")
     if not isinstance(sc, torch.Tensor) or not sc.is_floating_point():
         what = f"{sc.dtype} values" if hasattr(sc, 'dtype') else f"a {type(sc).__name__}"
-        raise ValueError(f"{f} holds {what}, not scores: save one float (M,H,W) array of probabilities or logits per image.")
-    if sc.ndim != 3: raise ValueError(f"{f} holds an array of shape {tuple(sc.shape)}: save one (M,H,W) score map per image.")
-    if not torch.isfinite(sc.sum(dtype=torch.float64)): raise ValueError(f"{f} holds NaN or inf scores: check the base model's output.")
+        raise ValueError(f"{f} holds {what}, not scores: save one float (M,H,W) array of "
+                         "probabilities or logits per image.")
+    if sc.ndim != 3: raise ValueError(f"{f} holds an array of shape {tuple(sc.shape)}: save one "
+                                      "(M,H,W) score map per image.")
+    if not torch.isfinite(sc.sum(dtype=torch.float64)):
+        raise ValueError(f"{f} holds NaN or inf scores: check the base model's output.")
     return sc
 
 # %% ../nbs/07a_files.ipynb #b70b5624
 def _palette(src):
-    "The palette of the PNG `src`, or of the first PNG in the folder `src`, and that file; `(None, None)` without `src`."
+    "The palette of the PNG `src` (or a folder's first PNG) and that file, or `(None, None)`."
     if src is None: return None, None
     src = Path(src)
     if src.is_dir():
         f = next((p for p in sorted(src.iterdir()) if p.suffix.lower() == '.png'), None)
-        if f is None: raise ValueError(f"--palette_from {src} holds no PNG to copy a palette from: pass a folder of palette label PNGs.")
+        if f is None: raise ValueError(f"--palette_from {src} holds no PNG to copy a palette from: "
+                                       "pass a folder of palette label PNGs.")
     elif src.is_file(): f = src
     else: raise FileNotFoundError(f"--palette_from not found: {src}")
     try:
-        with open_image_file(f, 'the --palette_from file') as im: mode, pal = im.mode, im.getpalette()
+        with open_image_file(f, 'the --palette_from file') as im:
+            mode, pal = im.mode, im.getpalette()
     except ImageFormatError: raise
     except Exception as e: raise ValueError(f"cannot read {f} (--palette_from): {e}.") from None
-    if mode != 'P': raise ValueError(f"{f} (--palette_from) has no palette (mode {mode}): pass palette label PNGs (mode P), "
-                                     "or drop --palette_from to write plain label PNGs.")
+    if mode != 'P': raise ValueError(f"{f} (--palette_from) has no palette (mode {mode}): pass "
+                                     "palette label PNGs (mode P), or drop --palette_from to write "
+                                     "plain label PNGs.")
     return pal, f
 
 # %% ../nbs/07a_files.ipynb #d96f7542
 def _write_png(labels: np.ndarray, fname: Path, palette=None):
-    "Write the label map `labels` (H,W) to `fname` atomically: 8-bit (with `palette` when given), 16-bit when a label exceeds 255."
+    "Write `labels` (H,W) to `fname` atomically: 8-bit (with `palette`), 16-bit for a label > 255."
     from PIL import Image
     top = int(labels.max(initial=0))
     if top > 65535 or (palette is not None and top > 255):
-        raise ValueError(f"label {top} does not fit a {'palette' if palette is not None else '16-bit'} PNG ({fname}).")
+        raise ValueError(f"label {top} does not fit a "
+                         f"{'palette' if palette is not None else '16-bit'} PNG ({fname}).")
     if top > 255: im = Image.fromarray(labels.astype(np.uint16))
     else:
         im = Image.fromarray(labels.astype(np.uint8))
@@ -115,106 +130,127 @@ def _write_png(labels: np.ndarray, fname: Path, palette=None):
 
 # %% ../nbs/07a_files.ipynb #2374e85b
 class RefineItems(torch.utils.data.Dataset):
-    "Images with their saved scores (a folder of `<stem>.npy`/`.pt`, or a list of score files; None when a model computes them), for a `DataLoader`."
+    "Images and their saved scores (a folder or list of score files; None: a model computes them)."
     def __init__(self, files, scores=None, n_classes: int|None = None):
         self.files, self.n_classes = [Path(f) for f in files], n_classes
-        self.scores = scores if scores is None else [Path(s) for s in scores] if isinstance(scores, (list, tuple)) else Path(scores)
+        self.scores = (scores if scores is None else [Path(s) for s in scores]
+                       if isinstance(scores, (list, tuple)) else Path(scores))
     def __len__(self): return len(self.files)
     def score_file(self, i) -> Path:
         "The score file of image `i`."
         if isinstance(self.scores, list): return self.scores[i]
         f = self.files[i]; sf = _score_file(self.scores, f)
-        if sf is None: raise FileNotFoundError(f"No scores for {f.name}: expected {f.stem}.npy or {f.stem}.pt in {self.scores}.")
+        if sf is None: raise FileNotFoundError(f"No scores for {f.name}: expected {f.stem}.npy or "
+                                               f"{f.stem}.pt in {self.scores}.")
         return sf
     def __getitem__(self, i):
         f = self.files[i]; img = read_image(f)
         if self.scores is None: return i, img, None
         sf = self.score_file(i); sc = _read_scores(sf)
         if sc.shape[-2:] != img.shape[:2]:
-            raise ValueError(f"{sf} holds scores of shape {tuple(sc.shape)} for the {img.shape[0]}x{img.shape[1]} image {f}: "
-                             "save one (M,H,W) score map per image, at the image's size.")
+            raise ValueError(f"{sf} holds scores of shape {tuple(sc.shape)} for the "
+                             f"{img.shape[0]}x{img.shape[1]} image {f}: save one (M,H,W) score map "
+                             "per image, at the image's size.")
         if self.n_classes is not None and sc.shape[0] != self.n_classes:
-            raise ValueError(f"{sf} holds scores for {sc.shape[0]} classes but the prototypes have {self.n_classes}: use the "
-                             "scores of the base model whose classes the prototypes were extracted for, in the same order.")
+            raise ValueError(f"{sf} holds scores for {sc.shape[0]} classes but the prototypes have "
+                             f"{self.n_classes}: use the scores of the base model whose classes "
+                             "the prototypes were extracted for, in the same order.")
         return i, img, sc
 
 # %% ../nbs/07a_files.ipynb #d67d4909
 @patch
 def collate(self: RefineItems, items) -> list:
-    "A batch as groups of images of one size and depth, each stacked: `[(indices, images (B,H,W,3), scores (B,M,H,W) or None)]`."
+    "A batch as stacked groups of one size and depth: `[(indices, images, scores or None)]`."
     m = {int(sc.shape[0]): i for i, _, sc in items if sc is not None}
     if len(m) > 1:
         (ma, a), (mb, b) = list(m.items())[:2]
-        raise ValueError(f"{self.score_file(a)} holds scores for {ma} classes but {self.score_file(b)} for {mb}: every "
-                         "score file must hold the same classes, in the same order.")
+        raise ValueError(f"{self.score_file(a)} holds scores for {ma} classes but "
+                         f"{self.score_file(b)} for {mb}: every score file must hold the same "
+                         "classes, in the same order.")
     groups = {}
     for it in items: groups.setdefault((it[1].shape, it[1].dtype), []).append(it)
     return [(torch.tensor([i for i, *_ in g]), np.stack([im for _, im, _ in g]),
-             None if g[0][2] is None else torch.stack([sc for *_, sc in g])) for g in groups.values()]
+             None if g[0][2] is None else torch.stack([sc for *_, sc in g]))
+             for g in groups.values()]
 
 # %% ../nbs/07a_files.ipynb #af1545e3
 def _read_labels(f: Path) -> np.ndarray:
     "The label map in the PNG `f` as int64 (H,W): 8-bit, palette or 16-bit; errors name the file."
     try:
-        with open_image_file(f, 'label map') as im: fmt, mode, a = im.format, im.mode, np.asarray(im)
+        with open_image_file(f, 'label map') as im:
+            fmt, mode, a = im.format, im.mode, np.asarray(im)
     except (FileNotFoundError, PermissionError, ImageFormatError): raise
     except Exception as e: raise ValueError(f"cannot read label map {f}: {e}.") from None
-    if fmt == 'JPEG': raise ValueError(f"{f} is a JPEG file: its lossy compression changes the labels along every boundary. Save "
-                                       "label maps as PNG (lossless).")
+    if fmt == 'JPEG': raise ValueError(f"{f} is a JPEG file: its lossy compression changes the "
+                                       "labels along every boundary. Save label maps as PNG "
+                                       "(lossless).")
     if a.ndim != 2 or a.dtype.kind not in 'biu':
-        raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per pixel (PNG mode L, P or I;16).")
+        raise ValueError(f"{f} is not a label map but a {mode} image: save one class index per "
+                         "pixel (PNG mode L, P or I;16).")
     return a.astype(np.int64)
 
 # %% ../nbs/07a_files.ipynb #c61cffa6
 def _check_maps(maps: dict, dirs: dict, names: list, n_classes: int, void=None):
-    "Refuse, naming the files, a label map whose size differs from its ground truth's, or a label outside 0..n_classes-1 (but `void`)."
+    "Refuse a label map not of its ground truth's size, or a label outside 0..n_classes-1, `void`."
     for k, ms in maps.items():
         for n, a, g in zip(names, ms, maps['gts']):
-            if a.shape != g.shape: raise ValueError(f"{dirs[k]/n} is {a.shape[1]}x{a.shape[0]} but its ground truth {dirs['gts']/n} is "
-                                                    f"{g.shape[1]}x{g.shape[0]}: label maps must have the size of their ground truth.")
+            if a.shape != g.shape: raise ValueError(f"{dirs[k]/n} is {a.shape[1]}x{a.shape[0]} but "
+                                                    f"its ground truth {dirs['gts']/n} is "
+                                                    f"{g.shape[1]}x{g.shape[0]}: label maps must "
+                                                    "have the size of their ground truth.")
             bad = ((a < 0) | (a >= n_classes)) & (True if void is None else g != void)
-            if bad.any(): raise ValueError(f"{dirs[k]/n} holds label {int(a[bad][0])}, outside 0..{n_classes - 1} for --n_classes "
-                                           f"{n_classes}" + ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
+            if bad.any(): raise ValueError(f"{dirs[k]/n} holds label {int(a[bad][0])}, outside "
+                                           f"0..{n_classes - 1} for --n_classes {n_classes}"
+                                           + ('' if void is not None else ': pass --void V if it '
+                                              'marks unlabelled pixels') + '.')
 
 # %% ../nbs/07a_files.ipynb #e51e36d8
 def _ground_truth(gts: Path, files: list) -> list:
-    "The ground-truth label PNG in the folder `gts` of each image of `files` (named like it); an error names the first missing one."
+    "The ground-truth PNG in `gts` named like each of `files`; an error names the first missing."
     if not gts.is_dir(): raise FileNotFoundError(f"Ground-truth folder not found: {gts}")
     found = [gts/(f.stem + '.png') for f in files]
     miss = [g for g in found if not g.exists()]
-    if miss: raise FileNotFoundError(f"No ground truth for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
-                                     f"label PNGs named like the images in {gts}.")
+    if miss: raise FileNotFoundError(f"No ground truth for {len(miss)} of {len(files)} images, "
+                                     f"e.g. {miss[0].name}: expected label PNGs named like the "
+                                     f"images in {gts}.")
     return found
 
 # %% ../nbs/07a_files.ipynb #5387493f
 def _checked_labels(g: Path, image: np.ndarray, n_classes: int, void=None) -> np.ndarray:
-    "The label map in the PNG `g`, refused when its size is not its `image`'s or a label is outside 0..n_classes-1 (but `void`)."
+    "The label map in the PNG `g`: `image`'s size, labels in 0..n_classes-1 or `void`, or refused."
     a = _read_labels(g)
-    if a.shape != image.shape[:2]: raise ValueError(f"{g} is {a.shape[1]}x{a.shape[0]} but its image is {image.shape[1]}x{image.shape[0]}: "
-                                                    "a ground truth must have the size of its image.")
+    if a.shape != image.shape[:2]: raise ValueError(f"{g} is {a.shape[1]}x{a.shape[0]} but its "
+                                                    f"image is {image.shape[1]}x{image.shape[0]}: "
+                                                    "a ground truth must have the size of its "
+                                                    "image.")
     bad = ((a < 0) | (a >= n_classes)) & (True if void is None else a != void)
-    if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' classes 0..{n_classes - 1}" +
-                                   ('' if void is not None else ': pass --void V if it marks unlabelled pixels') + '.')
+    if bad.any(): raise ValueError(f"{g} holds label {int(a[bad][0])}, outside the prototypes' "
+                                   f"classes 0..{n_classes - 1}" +
+                                   ('' if void is not None else ': pass --void V if it marks '
+                                    'unlabelled pixels') + '.')
     return a
 
 # %% ../nbs/07a_files.ipynb #80d030c5
 def _file_key(p) -> list:
-    "What identifies the file `p`: its resolved path, and its device and inode when it exists (hard links, case-insensitive names)."
+    "What identifies the file `p`: its resolved path, and if it exists its device and inode."
     p = Path(p); keys = [p.resolve()]
     with contextlib.suppress(OSError): st = p.stat(); keys.append((st.st_dev, st.st_ino))
     return keys
 
 # %% ../nbs/07a_files.ipynb #88a59369
 def _check_out(out: Path, force: bool, inputs=(), flag: str = '--out'):
-    "Refuse to write `out` (given as `flag`) when it exists (unless `force`), or when it is one of the `inputs` (even with `force`)."
+    "Refuse to write `out` (`flag`) if it exists (unless `force`) or is one of the `inputs`."
     ins = {k: p for p in inputs if p for k in _file_key(p)}
     hit = next((ins[k] for k in _file_key(out) if k in ins), None)
-    if hit is not None: raise ValueError(f"{flag} {out} is the input {hit}: brefine never overwrites its inputs, even with --force. "
-                                         "Write to another file.")
-    if out.exists() and not force: raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
+    if hit is not None: raise ValueError(f"{flag} {out} is the input {hit}: brefine never "
+                                         "overwrites its inputs, even with --force. Write to "
+                                         "another file.")
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists: pass --force to overwrite it.")
 
 # %% ../nbs/07a_files.ipynb #e4d9a82b
 def _data_files(data: Path) -> list:
-    "The files in the data folder `data` and its sub-folders (images, masks, codes.txt): what training and prototypes read."
+    "The files in the data folder `data` and its sub-folders: what training and prototypes read."
     if not data.is_dir(): return []
-    return [f for d in (data, *(p for p in data.iterdir() if p.is_dir())) for f in d.iterdir() if f.is_file()]
+    return [f for d in (data, *(p for p in data.iterdir() if p.is_dir())) for f in d.iterdir()
+            if f.is_file()]

@@ -18,29 +18,33 @@ from .features import _eval_mode, _logits
 __all__ = ['prepare_image', 'base_probs']
 
 # %% ../nbs/05_inputs.ipynb #cdaf4950
-_FULL_SCALE = {torch.uint8: 255., torch.uint16: 65535.}                 # raw pixels: the full scale of their type
+_FULL_SCALE = {torch.uint8: 255., torch.uint16: 65535.}  # raw pixels: the full scale of their type
 
 def _full_scale(dtype) -> float:
-    "The full scale of raw pixels of the numpy or torch `dtype`: 255 for 8 bits, 65535 for 16; any other type is refused."
+    "Full scale of raw pixels of numpy or torch `dtype`: 255 for 8 bits, 65535 for 16, or refused."
     if not isinstance(dtype, torch.dtype):
         dtype = np.dtype(dtype)
-        dtype = {(1, 'u'): torch.uint8, (2, 'u'): torch.uint16}.get((dtype.itemsize, dtype.kind), dtype)
+        dtype = {(1, 'u'): torch.uint8,
+                 (2, 'u'): torch.uint16}.get((dtype.itemsize, dtype.kind), dtype)
     if dtype in _FULL_SCALE: return _FULL_SCALE[dtype]
-    raise TypeError(f"Raw images must be uint8 or uint16 (numpy or torch), got {str(dtype).replace('torch.', '')}: the full "
-                    "scale of other types is unknown. Convert the pixels to uint8 (0..255) or uint16 (0..65535), or pass a "
+    raise TypeError("Raw images must be uint8 or uint16 (numpy or torch), got "
+                    f"{str(dtype).replace('torch.', '')}: the full scale of other types is "
+                    "unknown. Convert the pixels to uint8 (0..255) or uint16 (0..65535), or pass a "
                     "float tensor (3,H,W) already normalised for the embedder.")
 
 # %% ../nbs/05_inputs.ipynb #c00ab111
 def _raw_hwc(a: np.ndarray):
-    "A raw integer image (H,W), (H,W,C) or (B,H,W,C) as an integer (B,3,H,W) tensor view, and its full-scale value."
+    "Raw integer image (H,W), (H,W,C) or (B,H,W,C) as an integer (B,3,H,W) view and its full scale."
     scale, given = _full_scale(a.dtype), a.shape
-    if a.dtype != np.uint8: a = a.astype(np.int32)                    # 16 bits, either byte order: torch has few uint16 kernels
+    if a.dtype != np.uint8: a = a.astype(np.int32)  # 16 bits, any byte order: few uint16 kernels
     if a.ndim == 2: a = a[..., None]
     if a.ndim == 3: a = a[None]
     if a.ndim != 4 or a.shape[-1] not in (1, 3, 4):
-        hint = " It is channels-first: pass a.transpose(1, 2, 0), or a torch tensor (3,H,W)." if len(given) == 3 and given[0] in (1, 3, 4) else ''
-        raise ValueError(f"A raw image must be (H,W), (H,W,3), (H,W,4) or (B,H,W,3); got shape {given}.{hint}")
-    with warnings.catch_warnings():                   # a read-only array (np.asarray of a PIL image) is only read: no warning
+        hint = (" It is channels-first: pass a.transpose(1, 2, 0), or a torch tensor (3,H,W)."
+                if len(given) == 3 and given[0] in (1, 3, 4) else '')
+        raise ValueError("A raw image must be (H,W), (H,W,3), (H,W,4) or (B,H,W,3); got shape "
+                         f"{given}.{hint}")
+    with warnings.catch_warnings():  # a read-only array (of a PIL image) is only read: no warning
         warnings.filterwarnings('ignore', 'The given NumPy array is not writable')
         t = torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)
     if t.shape[1] == 1: t = t.expand(-1, 3, -1, -1)  # grayscale -> RGB
@@ -53,8 +57,9 @@ def _channel_stats(mean, std, device, dtype=torch.float32) -> tuple:
 
 # %% ../nbs/05_inputs.ipynb #8324fe4c
 def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
-    "Integer images (B,3,H,W), any strides, as contiguous float32 `(t/scale - mean)/std`: one conversion and two in-place passes."
-    if t.shape[-1] == 0 or t.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(t.shape)}).")
+    "Integer images (B,3,H,W), any strides, as contiguous float32 `(t/scale - mean)/std`."
+    if t.shape[-1] == 0 or t.shape[-2] == 0:
+        raise ValueError(f"The image is empty (shape {tuple(t.shape)}).")
     x = torch.empty(t.shape, dtype=torch.float32, device=t.device).copy_(t)
     if mean is None or std is None: return x.mul_(1 / scale)
     m, s = _channel_stats(mean, std, t.device)
@@ -63,30 +68,36 @@ def _scaled(t: torch.Tensor, scale: float, mean, std) -> torch.Tensor:
 # %% ../nbs/05_inputs.ipynb #5ebca8b5
 def _check_prepared(x: torch.Tensor) -> torch.Tensor:
     "A float image batch as float32, refused when empty, non-finite or on the 0-255 scale."
-    if x.shape[-1] == 0 or x.shape[-2] == 0: raise ValueError(f"The image is empty (shape {tuple(x.shape)}).")
-    if x.dtype != torch.float32: x = x.float()                        # float64 / float16 inputs: the embedder's dtype
+    if x.shape[-1] == 0 or x.shape[-2] == 0:
+        raise ValueError(f"The image is empty (shape {tuple(x.shape)}).")
+    if x.dtype != torch.float32: x = x.float()  # float64 / float16 inputs: the embedder's dtype
     top = float(x.abs().amax())
-    if not math.isfinite(top): raise ValueError("The image contains NaN or inf: check how it was loaded or normalised.")
-    if top > 50: raise ValueError(f"The float image has values up to {top:.4g}, which looks like the 0-255 scale, but float "
-                                  "images are taken as already normalised for the embedder. Pass the uint8 image, or "
-                                  "divide by 255 and normalise with the prototypes' mean and std.")
+    if not math.isfinite(top):
+        raise ValueError("The image contains NaN or inf: check how it was loaded or normalised.")
+    if top > 50: raise ValueError(f"The float image has values up to {top:.4g}, which looks like "
+                                  "the 0-255 scale, but float images are taken as already "
+                                  "normalised for the embedder. Pass the uint8 image, or divide by "
+                                  "255 and normalise with the prototypes' mean and std.")
     return x
 
 # %% ../nbs/05_inputs.ipynb #99a7aa9e
 def _pil_pixels(im) -> np.ndarray:
-    "The pixels of the PIL image `im` by the rule of raw images: 8-bit modes as uint8 RGB, 16-bit ones (and 32-bit `I` within 16 bits) as uint16."
-    if im.mode == 'F': raise TypeError("A PIL image of float pixels (mode F) has no known scale: pass it as a float tensor (3,H,W) "
-                                       "normalised for the embedder, or convert it to 8 or 16 bits.")
+    "PIL image `im`'s pixels: 8-bit modes as uint8 RGB, 16-bit (and `I` within 16 bits) as uint16."
+    if im.mode == 'F': raise TypeError("A PIL image of float pixels (mode F) has no known scale: "
+                                       "pass it as a float tensor (3,H,W) normalised for the "
+                                       "embedder, or convert it to 8 or 16 bits.")
     if not im.mode.startswith('I'): return np.asarray(im.convert('RGB'))
     a = np.asarray(im)
-    if a.dtype.kind != 'u' and a.size and (a.min() < 0 or a.max() > 65535):   # 32-bit or signed: only within 16 bits
-        raise ValueError(f"The PIL image of {a.dtype.itemsize * 8}-bit pixels (mode {im.mode}) holds values from {a.min()} to {a.max()}, beyond the "
-                         "0..65535 of 16 bits: scale it to 8 or 16 bits first (e.g. np.uint16 of the values you mean).")
+    if a.dtype.kind != 'u' and a.size and (a.min() < 0 or a.max() > 65535):   # 32-bit or signed
+        raise ValueError(f"The PIL image of {a.dtype.itemsize * 8}-bit pixels (mode {im.mode}) "
+                         f"holds values from {a.min()} to {a.max()}, beyond the 0..65535 of 16 "
+                         "bits: scale it to 8 or 16 bits first (e.g. np.uint16 of the values you "
+                         "mean).")
     return a.astype(np.uint16)
 
 # %% ../nbs/05_inputs.ipynb #59e50037
 def _native_array(a: np.ndarray) -> np.ndarray:
-    "`a` as a contiguous array in this machine's byte order: torch takes neither negative strides (a flipped view) nor the other byte order."
+    "`a` contiguous in this machine's byte order: torch takes no negative strides nor the other."
     return np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder('=')))
 
 # %% ../nbs/05_inputs.ipynb #40f8b2d8
@@ -94,13 +105,15 @@ def prepare_image(img, mean=None, std=None):
     "P1: `img` as a float (B,3,H,W) tensor for the embedder, and whether the input was batched."
     if hasattr(img, 'getbands'): img = _pil_pixels(img)                  # a PIL image
     if isinstance(img, np.ndarray):
-        if img.dtype.kind == 'f': img = torch.from_numpy(_native_array(img))         # flipped or big-endian too
+        if img.dtype.kind == 'f': img = torch.from_numpy(_native_array(img))         # any layout
         else: return _scaled(*_raw_hwc(img), mean, std), img.ndim == 4
     if not isinstance(img, torch.Tensor):
-        raise TypeError(f"Images must be a torch tensor, a numpy array or a PIL image, not {type(img).__name__}.")
+        raise TypeError("Images must be a torch tensor, a numpy array or a PIL image, not "
+                        f"{type(img).__name__}.")
     if img.ndim not in (3, 4) or img.shape[-3] != 3:
-        raise ValueError(f"Image tensors must be (3,H,W) or (B,3,H,W), got shape {tuple(img.shape)}. "
-                         "Channels-last uint8 arrays should be passed as numpy (H,W,3).")
+        raise ValueError("Image tensors must be (3,H,W) or (B,3,H,W), got shape "
+                         f"{tuple(img.shape)}. Channels-last uint8 arrays should be passed as "
+                         "numpy (H,W,3).")
     batched = img.ndim == 4
     img = _plain(img)
     x = img if batched else img[None]
@@ -111,49 +124,52 @@ def prepare_image(img, mean=None, std=None):
 
 # %% ../nbs/05_inputs.ipynb #774e5efe
 def _prob_tol(m: int) -> float:
-    "How far from 1 the per-pixel sums of `m` probabilities may be: 0.05, or m × 0.005 for more than 10 classes (up to 0.5), which any rounding to two decimals keeps to."
+    "How far sums of `m` probabilities may be from 1: 0.05, or m × 0.005 past 10 classes (≤ 0.5)."
     return min(0.5, max(0.05, 0.005 * m))
 
 # %% ../nbs/05_inputs.ipynb #36a38b63
 def _probs_off(s: torch.Tensor, dim: int = 1):
-    "The largest distance from 1 of the sums of scores `s` along `dim` when every score is in [0, 1]; None when one is not (logits)."
+    "Largest distance from 1 of the sums of `s` along `dim` if all scores are in [0, 1], else None."
     lo, hi = s.aminmax()
-    if not (bool(lo >= 0) and bool(hi <= 1 + 1e-3)): return None       # one pass; logits usually stop here
-    lo, hi = s.sum(dim).aminmax()                                       # the farthest sums from 1 are the smallest and the largest
+    if not (bool(lo >= 0) and bool(hi <= 1 + 1e-3)): return None       # logits usually stop here
+    lo, hi = s.sum(dim).aminmax()  # the farthest sums from 1 are the smallest and the largest
     return max(abs(float(lo) - 1), abs(float(hi) - 1))
 
 # %% ../nbs/05_inputs.ipynb #457b14e1
 def _looks_like_probs(s: torch.Tensor, dim: int = 1, tol: float|None = None) -> bool:
-    "Whether scores `s` are probabilities along `dim`: every score in [0, 1] and every per-pixel sum within `tol` of 1 (None: `_prob_tol`, which rounded probabilities pass)."
+    "Whether `s` is probabilities along `dim`: in [0, 1], sums within `tol` of 1 (`_prob_tol`)."
     off = _probs_off(s, dim)
     return off is not None and off <= (_prob_tol(s.shape[dim]) if tol is None else tol)
 
 # %% ../nbs/05_inputs.ipynb #a7589513
 def _check_score_size(hw: tuple, HW: tuple):
-    "Scores (h,w) fit an image (H,W) when equal or a uniform rescale of it (one scale for both axes, up to a score pixel of rounding)."
+    "Scores (h,w) fit an image (H,W) when equal or a uniform rescale (to a pixel of rounding)."
     (h, w), (H, W) = hw, HW
     if (h, w) == (H, W): return
     s = max(H / max(h, 1), W / max(w, 1))
     if h == 0 or w == 0 or abs(H * w - W * h) >= s * (h + w):
-        raise ValueError(f"Scores of spatial size {h}x{w} do not fit a {H}x{W} image: they must be at the image's size or a "
-                         "uniform downscale of it (e.g. the model's stride). Transposed (M,W,H) or cropped scores give wrong "
-                         "labels: pass the (M,H,W) map that belongs to this image.")
+        raise ValueError(f"Scores of spatial size {h}x{w} do not fit a {H}x{W} image: they must be "
+                         "at the image's size or a uniform downscale of it (e.g. the model's "
+                         "stride). Transposed (M,W,H) or cropped scores give wrong labels: pass "
+                         "the (M,H,W) map that belongs to this image.")
 
 # %% ../nbs/05_inputs.ipynb #c9f31e7d
 def _as_scores(s) -> torch.Tensor:
     if isinstance(s, np.ndarray):
-        if s.dtype == object: raise TypeError("Scores must be a numeric array, got a numpy object array.")
-        s = _native_array(s)                                            # flipped or big-endian arrays too
+        if s.dtype == object:
+            raise TypeError("Scores must be a numeric array, got a numpy object array.")
+        s = _native_array(s)  # flipped or big-endian arrays too
     s = _plain(s)
     if s.is_meta or s.layout != torch.strided:
-        raise TypeError(f"The scores are a {'meta' if s.is_meta else 'sparse'} tensor, which holds no values brefine can read: pass "
-                        "dense scores (`.to_dense()`) on a real device.")
+        raise TypeError(f"The scores are a {'meta' if s.is_meta else 'sparse'} tensor, which holds "
+                        "no values brefine can read: pass dense scores (`.to_dense()`) on a real "
+                        "device.")
     return s
 
 # %% ../nbs/05_inputs.ipynb #5f2965d2
 @contextlib.contextmanager
 def _evaluating(*models):
-    "Every `nn.Module` among `models` (or inside them: a Learner's, a DDP wrapper's) in eval mode in the block; each module's own mode back after."
+    "Each `nn.Module` in `models` (or in a Learner or DDP) in eval mode in the block, then back."
     with contextlib.ExitStack() as stack:
         for m in map(_model_of, models):
             if isinstance(m, nn.Module): stack.enter_context(_eval_mode(m))
@@ -161,27 +177,32 @@ def _evaluating(*models):
 
 # %% ../nbs/05_inputs.ipynb #c868f528
 def base_probs(probs, x: torch.Tensor, batched: bool, softmax: bool = True) -> torch.Tensor:
-    "P2: the base prediction (B,M,H,W) at the size of the prepared image `x` (B,3,H,W): probabilities, or with `softmax=False` the scores as given when no resizing is needed. Scores all in [0, 1] whose per-pixel sums are within `_prob_tol` of 1 are probabilities (made to sum to 1); all others are logits."
+    "P2: the base prediction (B,M,H,W) at `x`'s size: probabilities, or without `softmax` as given."
     if not isinstance(probs, (torch.Tensor, np.ndarray)):
         if not callable(probs):
-            raise TypeError(f"`probs` must be scores (tensor or numpy array) or a model, not {type(probs).__name__}.")
+            raise TypeError("`probs` must be scores (tensor or numpy array) or a model, not "
+                            f"{type(probs).__name__}.")
         m = _model_of(probs)
-        with torch.inference_mode(), _evaluating(m): s, batched = _logits(m(x.to(_device_of(m))), x.shape[-2:]), True
+        with torch.inference_mode(), _evaluating(m):
+            s, batched = _logits(m(x.to(_device_of(m))), x.shape[-2:]), True
     else: s = _as_scores(probs)
-    if not s.is_floating_point(): raise TypeError(f"Scores must be float probabilities or logits, got {s.dtype}.")
+    if not s.is_floating_point():
+        raise TypeError(f"Scores must be float probabilities or logits, got {s.dtype}.")
     if s.ndim == 3 and not batched: s = s[None]
     if s.ndim != 4:
-        raise ValueError(f"Scores must be (M,H,W) for one image or (B,M,H,W) for a batch; got shape {tuple(s.shape)} "
-                         f"for {'a batch of images' if batched else 'one image'}.")
+        raise ValueError("Scores must be (M,H,W) for one image or (B,M,H,W) for a batch; got shape "
+                         f"{tuple(s.shape)} for {'a batch of images' if batched else 'one image'}.")
     if s.shape[0] != x.shape[0]:
-        raise ValueError(f"{s.shape[0]} score maps for {x.shape[0]} images: pass one (M,H,W) score map per image.")
+        raise ValueError(f"{s.shape[0]} score maps for {x.shape[0]} images: pass one (M,H,W) score "
+                         "map per image.")
     _check_score_size(tuple(s.shape[-2:]), tuple(x.shape[-2:]))
     low, s = s.dtype in (torch.float16, torch.bfloat16), s.float()
-    if not torch.isfinite(s.sum()) and not torch.isfinite(s).all():    # one reduction first: NaN and inf propagate into it
-        raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. mixed-precision overflow).")
-    off, M = _probs_off(s), s.shape[1]                                  # probabilities rounded, or in half precision, too:
+    if not torch.isfinite(s.sum()) and not torch.isfinite(s).all():  # the sum first: NaN reaches it
+        raise ValueError("The scores contain NaN or inf. Check the base model's output (e.g. "
+                         "mixed-precision overflow).")
+    off, M = _probs_off(s), s.shape[1]  # probabilities rounded, or in half precision, too:
     is_p = off is not None and off <= max(_prob_tol(M), M * 2 ** -7 if low else 0)
-    if is_p and off > 1e-3: s = s / s.sum(1, keepdim=True)              # ... made to sum to 1, never softmaxed as logits
+    if is_p and off > 1e-3: s = s / s.sum(1, keepdim=True)  # made to sum to 1, not softmaxed
     resize = s.shape[-2:] != x.shape[-2:]
     if (softmax or resize) and not is_p: s = s.softmax(1)
     if resize: s = F.interpolate(s, size=x.shape[-2:], mode='bilinear', align_corners=False)

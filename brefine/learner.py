@@ -12,7 +12,7 @@ from fastcore.meta import delegates
 from fastai.callback.core import Callback
 from fastai.learner import Learner
 from fastai.torch_core import params, to_float
-importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune and lr_find on every Learner
+importlib.import_module('fastai.callback.schedule')   # fit_one_cycle, fine_tune, lr_find
 importlib.import_module('fastai.callback.progress')   # and no_bar
 from .core import _model_of, as_int, as_float, _norm_stats, _stats_text, _same_stats
 from .embedder import EmbeddingNet, _weights_channels_last, _channels_last
@@ -25,13 +25,14 @@ __all__ = ['EMB_BUDGET_PX', 'embedding_splitter', 'init_backbone', 'StopOnNaN', 
 
 # %% ../nbs/03f_learner.ipynb #9a4c14d1
 def embedding_splitter(model) -> list:
-    "Parameter groups for fastai's freeze/unfreeze: (backbone, the head: ASPP, fusion and 1x1 convolution) of an `EmbeddingNet`; a `SharedEmbeddingNet`'s own groups."
+    "Groups for fastai's freeze: `EmbeddingNet`'s (backbone, head); a `SharedEmbeddingNet`'s own."
     if not isinstance(model, EmbeddingNet): return model.param_groups()
-    return [params(model.backbone), [p for n, p in model.named_parameters() if not n.startswith('backbone.')]]
+    return [params(model.backbone), [p for n, p in model.named_parameters()
+                                     if not n.startswith('backbone.')]]
 
 # %% ../nbs/03f_learner.ipynb #3f822d66
 def _best_prefix(src_shapes: dict, dst_shapes: dict) -> tuple:
-    "(prefix, keys): the prefix p under which the most `dst` keys k appear in `src` as p+k with the same shape."
+    "(prefix, keys): the prefix p under which most `dst` keys k appear in `src` as p+k, same shape."
     hits = {}
     for s, shape in src_shapes.items():
         for k, dshape in dst_shapes.items():
@@ -43,32 +44,39 @@ def _best_prefix(src_shapes: dict, dst_shapes: dict) -> tuple:
 
 # %% ../nbs/03f_learner.ipynb #951ad632
 def init_backbone(net: EmbeddingNet,   # the embedder (or a Learner holding it)
-                  source,              # a module or state dict holding the same backbone, e.g. your base segmentation model
+                  source,              # a module or state dict with the same backbone
                   strict: bool = True, # every backbone tensor must be found in `source`
                  ) -> int:
     "Start `net`'s backbone from the matching tensors of `source`; returns how many were copied."
     net = getattr(net, 'model', net)
-    if not isinstance(net, EmbeddingNet): raise TypeError(f"init_backbone needs an EmbeddingNet (or a Learner of one), got {type(net).__name__}.")
+    if not isinstance(net, EmbeddingNet): raise TypeError("init_backbone needs an EmbeddingNet (or "
+                                                          "a Learner of one), got "
+                                                          f"{type(net).__name__}.")
     if isinstance(source, nn.Module): source = source.state_dict()
     if not isinstance(source, dict):
-        raise TypeError(f"source must be a module or a state dict, got {type(source).__name__}: read a weights file with brefine.core.safe_load first.")
+        raise TypeError(f"source must be a module or a state dict, got {type(source).__name__}: "
+                        "read a weights file with brefine.core.safe_load first.")
     dst = net.backbone.state_dict()
-    prefix, keys = _best_prefix({k: tuple(v.shape) for k, v in source.items() if isinstance(v, torch.Tensor)},
+    prefix, keys = _best_prefix({k: tuple(v.shape) for k, v in source.items()
+                                 if isinstance(v, torch.Tensor)},
                                 {k: tuple(v.shape) for k, v in dst.items()})
     if not keys or (strict and len(keys) < len(dst)):
-        raise ValueError(f"source holds {len(keys)} of the {len(dst)} tensors of the embedder's {net.config['backbone']} backbone "
-                         f"(best prefix {prefix!r}): it must be the same architecture. Pick EmbeddingNet's backbone to match "
-                         "your model, or pass strict=False to copy what matches.")
+        raise ValueError(f"source holds {len(keys)} of the {len(dst)} tensors of the embedder's "
+                         f"{net.config['backbone']} backbone (best prefix {prefix!r}): it must be "
+                         "the same architecture. Pick EmbeddingNet's backbone to match your model, "
+                         "or pass strict=False to copy what matches.")
     net.backbone.load_state_dict({k: source[prefix + k] for k in keys}, strict=False)
     return len(keys)
 
 # %% ../nbs/03f_learner.ipynb #e46c75ab
 class StopOnNaN(Callback):
-    "Raise a `FloatingPointError` when the loss or a gradient is NaN or infinite, before the optimiser step would write it into the weights."
+    "Raise `FloatingPointError` if the loss or a gradient is NaN or inf, before the optimiser step."
     order = -8
     def _stop(self, what):
-        raise FloatingPointError(f"Training diverged: the {what} is NaN or infinite at epoch {self.epoch}, batch {self.iter}; the weights are "
-                                 "those before this batch. Lower the learning rate, or train in float32 (bf16=False).")
+        raise FloatingPointError(f"Training diverged: the {what} is NaN or infinite at epoch "
+                                 f"{self.epoch}, batch {self.iter}; the weights are those before "
+                                 "this batch. Lower the learning rate, or train in float32 "
+                                 "(bf16=False).")
     def after_loss(self):
         if not torch.isfinite(self.learn.loss_grad.detach()).all(): self._stop('triplet loss')
     def after_backward(self):
@@ -78,51 +86,63 @@ class StopOnNaN(Callback):
 
 # %% ../nbs/03f_learner.ipynb #8337cb33
 def _check_base_learner(dls, base):
-    "Refuse `base`, a fastai Learner, whose model reads images normalised otherwise than `dls` gives them."
-    if not hasattr(base, 'dls'): return                                  # a bare model: its normalisation is the user's to match
+    "Refuse `base`, a fastai Learner, whose model reads images normalised unlike those of `dls`."
+    if not hasattr(base, 'dls'): return  # a bare model: its normalisation is the user's to match
     own, given = _norm_stats(base.dls), _norm_stats(dls)
     if not _same_stats(own, given):
-        raise ValueError(f"dls gives images {_stats_text(*given)}, but the base model's Learner reads images {_stats_text(*own)} "
-                         "(its Normalize), and the embedder trains on the model's features of the images dls gives: build the "
-                         "DataLoaders with the Learner's statistics, e.g. dls_from_folders(..., stats=(mean, std)), or stats=None for none.")
+        raise ValueError(f"dls gives images {_stats_text(*given)}, but the base model's Learner "
+                         f"reads images {_stats_text(*own)} (its Normalize), and the embedder "
+                         "trains on the model's features of the images dls gives: build the "
+                         "DataLoaders with the Learner's statistics, e.g. dls_from_folders(..., "
+                         "stats=(mean, std)), or stats=None for none.")
 
 
 # %% ../nbs/03f_learner.ipynb #d150e740
 @delegates(EmbeddingNet, keep=True)
-def refine_learner(dls,                           # DataLoaders of (image, mask, band) batches, n_inp=1
+def refine_learner(dls,  # DataLoaders of (image, mask, band) batches, n_inp=1
                    backbone: str = 'mobilenet_v2',  # see `EmbeddingNet`
                    emb_dim: int = 32,             # embedding channels
                    margin: float = 0.5,           # triplet margin m
                    pretrained = True,             # ImageNet backbone weights (see `EmbeddingNet`)
                    n_triplets: int = N_TRIPLETS,  # triplets per batch
                    distance: str = 'euclidean',   # 'euclidean' or 'cosine'
-                   negatives: str = 'nearby',     # 'nearby' (hard, across the boundary) or 'uniform'
+                   negatives: str = 'nearby',  # 'nearby' (hard, across the boundary) or 'uniform'
                    ignore_index: int|None = None, # void label, never sampled
                    output_stride: int = 16,       # backbone output stride: 16 or 8
                    normalize: bool = True,        # unit-norm embeddings
-                   net_kwargs: dict|None = None,  # `EmbeddingNet`'s other arguments as a dict (the same as passing them by name)
-                   backbone_init=None,            # a module or state dict with the same backbone to start from (`init_backbone`), instead of `pretrained`
-                   base=None,                     # your segmentation model (or its fastai Learner, whose normalisation `dls` must share): train a `SharedEmbeddingNet` on its features instead
-                   channels_last: bool|None = None, # channels-last training (`ChannelsLastTraining`); None: when `dls` run on the CPU
-                   bf16: bool = False,            # bfloat16 mixed precision (`BF16Training`): faster on CPUs with native bfloat16
-                   feature_views: int|None = None, # with `base`: train on its features of this many augmented passes over the training images, computed once (`FeatureCache`): faster epochs, more memory
+                   net_kwargs: dict|None = None,  # `EmbeddingNet`'s other arguments, as a dict
+                   backbone_init=None,            # a backbone to start from (`init_backbone`)
+                   base=None,                     # your model or Learner: train on its features
+                   channels_last: bool|None = None, # `ChannelsLastTraining`; None: when on the CPU
+                   bf16: bool = False,            # bfloat16 mixed precision (`BF16Training`)
+                   feature_views: int|None = None, # with `base`: features of N passes, cached once
                    cbs=None, metrics=None,        # more callbacks and metrics
-                   **kwargs                       # `EmbeddingNet`'s other arguments (aspp_dim, decoder_dim, ...); the rest go to `Learner` (lr, opt_func, path, wd, ...)
+                   **kwargs                       # more `EmbeddingNet` args; the rest to `Learner`
                   ) -> Learner:
-    "A fastai `Learner` that trains an `EmbeddingNet` (or, given `base`, a `SharedEmbeddingNet`) with triplets of band pixels."
+    "A `Learner` training an `EmbeddingNet` (with `base`, `SharedEmbeddingNet`) on band triplets."
     n_inp = getattr(dls, 'n_inp', None)
-    if n_inp != 1: raise ValueError(f"refine_learner needs batches (image, mask, band) with one input, but dls.n_inp is {n_inp}: "
-                                    "build the DataLoaders with brefine.data (band_dblock / dls_from_folders), "
-                                    "or set dls.n_inp = 1 if your batches are (image, mask, band).")
+    if n_inp != 1: raise ValueError("refine_learner needs batches (image, mask, band) with one "
+                                    f"input, but dls.n_inp is {n_inp}: build the DataLoaders with "
+                                    "brefine.data (band_dblock / dls_from_folders), or set "
+                                    "dls.n_inp = 1 if your batches are (image, mask, band).")
     if feature_views is not None and base is None:
-        raise ValueError("feature_views applies with base=: it caches a base model's features, but an embedder with its own backbone changes its features as it trains. Pass base=model, or drop feature_views.")
+        raise ValueError("feature_views applies with base=: it caches a base model's features, but "
+                         "an embedder with its own backbone changes its features as it trains. "
+                         "Pass base=model, or drop feature_views.")
     if base is None:
-        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(EmbeddingNet).parameters if k in kwargs})
-        net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False, output_stride, normalize, **net_kw)
+        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k)
+                                           for k in inspect.signature(EmbeddingNet).parameters
+                                           if k in kwargs})
+        net = EmbeddingNet(backbone, emb_dim, pretrained if backbone_init is None else False,
+                           output_stride, normalize, **net_kw)
         if backbone_init is not None: init_backbone(net, backbone_init)
     else:
-        if backbone_init is not None: raise ValueError("backbone_init does not apply with base=: the embedder reads the base model's own backbone.")
-        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k) for k in inspect.signature(SharedEmbeddingNet).parameters if k in kwargs})
+        if backbone_init is not None: raise ValueError("backbone_init does not apply with base=: "
+                                                       "the embedder reads the base model's own "
+                                                       "backbone.")
+        net_kw = dict(net_kwargs or {}, **{k: kwargs.pop(k)
+                                           for k in inspect.signature(SharedEmbeddingNet).parameters
+                                           if k in kwargs})
         _check_base_learner(dls, base)
         net = SharedEmbeddingNet(_model_of(base), emb_dim, normalize=normalize, **net_kw)
     if feature_views is not None:
@@ -130,37 +150,44 @@ def refine_learner(dls,                           # DataLoaders of (image, mask,
     cb = TripletCallback(margin, n_triplets, distance, negatives, ignore_index)
     kwargs.setdefault('splitter', embedding_splitter)
     for k, v in (('channels_last', channels_last), ('bf16', bf16)):
-        if v is not None and not isinstance(v, bool): raise TypeError(f"{k} must be True or False, got {v!r}.")
-    if channels_last is None: channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
+        if v is not None and not isinstance(v, bool):
+            raise TypeError(f"{k} must be True or False, got {v!r}.")
+    if channels_last is None:
+        channels_last = getattr(getattr(dls, 'device', None), 'type', 'cpu') == 'cpu'
     fast = ([ChannelsLastTraining()] if channels_last else []) + ([BF16Training()] if bf16 else [])
-    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb, StopOnNaN()] + fast + listify(cbs), metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
+    return Learner(dls, net, loss_func=cb.loss_func, cbs=[cb, StopOnNaN()] + fast + listify(cbs),
+                   metrics=[ActiveTriplets()] + listify(metrics), **kwargs)
 
 # %% ../nbs/03f_learner.ipynb #81cd9061
-EMB_BUDGET_PX = 32 * 367 * 360 * 480     # the embedder's training pixels in the benchmarks: 32 epochs of CamVid's training split
+EMB_BUDGET_PX = 32 * 367 * 360 * 480  # the benchmarks' embedder training: 32 epochs of CamVid train
 
 def budget_epochs(n_images: int,                # images in the training split
                   size,                         # (H, W) of the training batches
                   pixels: float = EMB_BUDGET_PX # training pixels to spend
                  ) -> int:
-    "Epochs of `n_images` training images of `size` that spend about `pixels` training pixels (at least one)."
-    n, h, w = as_int(n_images, 'n_images', 1), as_int(size[0], 'size[0]', 1), as_int(size[1], 'size[1]', 1)
+    "Epochs of `n_images` images of `size` that spend about `pixels` training pixels (at least 1)."
+    n, h, w = (as_int(n_images, 'n_images', 1), as_int(size[0], 'size[0]', 1),
+               as_int(size[1], 'size[1]', 1))
     return max(1, round(as_float(pixels, 'pixels', 1) / (n * h * w)))
 
 # %% ../nbs/03f_learner.ipynb #3bab19da
 class ChannelsLastTraining(Callback):
-    "Train on channels-last images and weights: each batch's 4-d inputs and the 4-d weights that train (at the start of each fit)."
+    "Train on channels-last images and weights: each batch's 4-d inputs, the trained 4-d weights."
     order = -1
-    def before_fit(self): _weights_channels_last(p for p in self.learn.model.parameters() if p.requires_grad)
+    def before_fit(self):
+        _weights_channels_last(p for p in self.learn.model.parameters() if p.requires_grad)
     def before_batch(self): self.learn.xb = tuple(_channels_last(x) for x in self.xb)
 
 # %% ../nbs/03f_learner.ipynb #f8717de8
 class BF16Training(Callback):
-    "bfloat16 mixed precision for the forward pass (`torch.autocast` on the batch's device); the loss is computed in float32."
+    "bfloat16 mixed precision for the forward pass (`torch.autocast`); the loss in float32."
     order = 10
     def before_batch(self):
-        self._ac = torch.autocast(self.xb[0].device.type, dtype=torch.bfloat16); self._ac.__enter__()
+        self._ac = torch.autocast(self.xb[0].device.type,
+                                  dtype=torch.bfloat16); self._ac.__enter__()
     def after_pred(self):
         self.learn.pred = to_float(self.pred); self._leave()
     def _leave(self):
-        if getattr(self, '_ac', None) is not None: self._ac.__exit__(None, None, None); self._ac = None
+        if getattr(self, '_ac', None) is not None:
+            self._ac.__exit__(None, None, None); self._ac = None
     def after_batch(self): self._leave()

@@ -23,90 +23,113 @@ __all__ = []
 
 # %% ../nbs/07c_refine_job.ipynb #06663135
 def _checked(cls, given: dict, build: bool = True, **context):
-    "The options `given` (None: not given) checked by `cls` itself (`TrainConfig`, `RefineSettings`), each refusal naming its option as the command line spells it (`--name`), each checked alone with `context` (the other fields it needs); with `build`, `cls(**given)`, else the options given."
+    "`given` options checked by `cls`, refusals naming the `--option`; `build`: `cls(**given)`."
     given = {k: v for k, v in given.items() if v is not None}
     for k, v in given.items():
         try: cls(**{**context, k: v})
-        except (ValueError, TypeError) as e: raise type(e)(re.sub(rf'^{k}\b', f'--{k}', str(e)) if str(e).startswith(k) else f'--{k}: {e}') from None
+        except (ValueError, TypeError) as e: raise type(e)(re.sub(rf'^{k}\b', f'--{k}', str(e))
+                                                           if str(e).startswith(k) else f'--{k}: '
+                                                           f'{e}') from None
     return cls(**given) if build else given
 
 # %% ../nbs/07c_refine_job.ipynb #2596c95c
 def _refine_inputs(images: Path, scores, given):
-    "The image files to refine and the score file of each (None where missing; no list when the model `given` (`_BaseModelOptions`) computes the scores)."
-    files = [images] if images.is_file() else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS) if images.is_dir() else None
+    "Images to refine and their score files (None: missing; no list when the model `given` scores)."
+    files = ([images] if images.is_file()
+             else sorted(f for f in images.iterdir() if f.suffix.lower() in IMG_EXTS)
+             if images.is_dir() else None)
     if files is None: raise FileNotFoundError(f"Images not found: {images}")
     if not files: raise ValueError(f"No images ({', '.join(IMG_EXTS)}) in {images}." + (
-        " It holds score files (.npy, .pt): pass the images first, then SCORES." if any(images.glob('*.npy')) or any(images.glob('*.pt')) else ''))
+        " It holds score files (.npy, .pt): pass the images first, then SCORES."
+        if any(images.glob('*.npy')) or any(images.glob('*.pt')) else ''))
     if given:
-        if str(scores) != '-': raise ValueError(f"With {given.flag} your model computes the scores: pass '-' as SCORES, not {scores}.")
+        if str(scores) != '-': raise ValueError(f"With {given.flag} your model computes the "
+                                                f"scores: pass '-' as SCORES, not {scores}.")
         if given.learner is not None: _check_learner_file(given.learner)
         return files, None
-    if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by your model, but no --learner or --model was given: pass "
-                                            f"a folder of saved scores, or your model as {_MODEL_FLAGS}.")
+    if str(scores) == '-': raise ValueError("SCORES '-' means scores computed by your model, but "
+                                            "no --learner or --model was given: pass a folder of "
+                                            f"saved scores, or your model as {_MODEL_FLAGS}.")
     scores = Path(scores)
     if scores.is_dir(): return files, [_score_file(scores, f) for f in files]
     if not scores.is_file(): raise FileNotFoundError(f"Scores not found: {scores}")
-    if not images.is_file(): raise ValueError(f"SCORES {scores} is one file but IMAGES {images} is a folder: pass a folder of "
-                                              "score files named like the images.")
+    if not images.is_file(): raise ValueError(f"SCORES {scores} is one file but IMAGES {images} is "
+                                              "a folder: pass a folder of score files named like "
+                                              "the images.")
     if scores.suffix.lower() not in ('.npy', '.pt'):
-        raise ValueError(f"SCORES {scores} is not a score file (.npy or .pt holding one (M,H,W) array); it is never opened as a "
-                         "model. To compute the scores with your model pass '-' as SCORES and --learner FILE (an exported fastai Learner) "
+        raise ValueError(f"SCORES {scores} is not a score file (.npy or .pt holding one (M,H,W) "
+                         "array); it is never opened as a model. To compute the scores with your "
+                         "model pass '-' as SCORES and --learner FILE (an exported fastai Learner) "
                          "or --model MODULE:FACTORY.")
     return files, [scores]
 
 # %% ../nbs/07c_refine_job.ipynb #daea5be6
 def _check_scores_found(files: list, sfs, scores):
-    "Refuse, naming the first, images among `files` whose score file was not found in the folder `scores` (`sfs`: `_refine_inputs`' list, None with --learner)."
+    "Refuse, naming the first, `files` with no score file (`sfs` of `_refine_inputs`) in `scores`."
     miss = [f for f, s in zip(files, sfs or []) if s is None]
-    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. {miss[0].name}: expected "
-                                     f"{miss[0].stem}.npy or {miss[0].stem}.pt in {scores}.")
+    if miss: raise FileNotFoundError(f"No scores for {len(miss)} of {len(files)} images, e.g. "
+                                     f"{miss[0].name}: expected {miss[0].stem}.npy or "
+                                     f"{miss[0].stem}.pt in {scores}.")
 
 # %% ../nbs/07c_refine_job.ipynb #98a7bec2
 def _check_outputs(files, dsts, inputs):
-    "Refuse, before any work, two images that would write the same output, and an output that would replace one of `inputs`."
+    "Refuse, before any work, two images writing one output, or an output that is one of `inputs`."
     first = {}
     for f, d in zip(files, dsts):
         k = d.resolve()
-        if k in first: raise ValueError(f"{first[k]} and {f} would both be written to {d}: rename one of them, or refine them "
-                                        "into separate folders.")
+        if k in first: raise ValueError(f"{first[k]} and {f} would both be written to {d}: rename "
+                                        "one of them, or refine them into separate folders.")
         first[k] = f
     known = {k: p for p in inputs for k in _file_key(p)}
     for d in dsts:
         hit = next((known[k] for k in _file_key(d) if k in known), None)
-        if hit is not None: raise ValueError(f"The output {d} would replace the input {hit}: brefine never overwrites its inputs, "
-                                             "even with --force. Write the label maps to another folder (OUT).")
+        if hit is not None: raise ValueError(f"The output {d} would replace the input {hit}: "
+                                             "brefine never overwrites its inputs, even with "
+                                             "--force. Write the label maps to another folder "
+                                             "(OUT).")
 
 # %% ../nbs/07c_refine_job.ipynb #451aba67
 def _options(options: dict, n: int, pal=None) -> dict:
-    "The refinement settings given as `options` (None: not given), checked against the prototypes' `n` classes, as is a --palette_from palette `pal`."
+    "The refinement `options` (None: not given), checked for `n` classes, as is the palette `pal`."
     given = {k: v for k, v in options.items() if v is not None}
-    if 'top_n' in given: _checked(lambda top_n: RefineSettings(top_n=top_n).for_classes(n), dict(top_n=given['top_n']), build=False)
-    if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given): given['grey'] = None   # no vote: no weight either
+    if 'top_n' in given: _checked(lambda top_n: RefineSettings(top_n=top_n).for_classes(n),
+                                  dict(top_n=given['top_n']), build=False)
+    if given.get('grey') == 0 or (given.get('vote') == 0 and 'grey' not in given):
+        given['grey'] = None   # no vote: no weight either
     if pal is not None and n > 256:
-        raise ValueError(f"--palette_from: a palette PNG holds at most 256 labels, but the prototypes have {n} "
-                         "classes. Drop --palette_from to write 16-bit label PNGs.")
+        raise ValueError("--palette_from: a palette PNG holds at most 256 labels, but the "
+                         f"prototypes have {n} classes. Drop --palette_from to write 16-bit label "
+                         "PNGs.")
     return given
 
 # %% ../nbs/07c_refine_job.ipynb #8db6c76b
 def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=None, **options):
-    "The Refiner of `--bundle` (or `--checkpoint` and `--protos`), with the refinement settings given as options (None: the bundle's) and the palette `pal` checked; an embedder that reads a model's features is built on `base` (your model, of --learner or --model), or with `later` and no `base` left for later: None, the options checked all the same."
+    "The checked Refiner of --bundle (or --checkpoint, --protos); `later`: None if it needs `base`."
     from dataclasses import replace
-    if not (bundle or checkpoint and protos): raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
+    if not (bundle or checkpoint and protos):
+        raise ValueError("Pass --bundle DIR, or both --checkpoint and --protos.")
     if bundle and (checkpoint or protos):
-        raise ValueError("--bundle DIR holds its own embedder and prototypes: pass either --bundle, or --checkpoint with --protos, not both.")
+        raise ValueError("--bundle DIR holds its own embedder and prototypes: pass either "
+                         "--bundle, or --checkpoint with --protos, not both.")
     try:
-        p = None if bundle else Prototypes.load(protos)                  # first, as Refiner.load does: they come with BaseModelNeeded
-        ref = Refiner.load(bundle, base=base) if bundle else Refiner(load_embedder(checkpoint, base=base), p)
-        if p is not None and p.fingerprint is None:                     # after both files are read: a bad one is named first
-            raise ValueError(f"--protos {protos} records no embedder, so it cannot be checked against --checkpoint {checkpoint}: make the "
-                             f"prototypes of this checkpoint with `brefine prototypes {checkpoint} DATA`, which records it.")
+        p = None if bundle else Prototypes.load(protos)  # first, as Refiner.load does
+        ref = (Refiner.load(bundle, base=base) if bundle
+               else Refiner(load_embedder(checkpoint, base=base), p))
+        if p is not None and p.fingerprint is None:  # after both reads: a bad file first
+            raise ValueError(f"--protos {protos} records no embedder, so it cannot be checked "
+                             f"against --checkpoint {checkpoint}: make the prototypes of this "
+                             f"checkpoint with `brefine prototypes {checkpoint} DATA`, which "
+                             "records it.")
     except BaseModelNeeded as e:
         if later: _options(options, (e.prototypes if p is None else p).n_classes, pal); return None
-        raise ValueError(f"{e.source} holds an embedder that reads the features of your base model ({e.what}), so saved scores are "
-                         "not enough: pass '-' as SCORES and the model as --learner FILE (an exported fastai Learner; loading it "
-                         "unpickles the file, so only one you trust) or as --model MODULE:FACTORY (your function that builds it).") from None
-    except EmbedderMismatch as e:                                       # Refiner.load names a bundle's files itself
-        raise (e if bundle else e.named(f'--protos {protos}', f'--checkpoint {checkpoint}')) from None
+        raise ValueError(f"{e.source} holds an embedder that reads the features of your base model "
+                         f"({e.what}), so saved scores are not enough: pass '-' as SCORES and the "
+                         "model as --learner FILE (an exported fastai Learner; loading it "
+                         "unpickles the file, so only one you trust) or as --model MODULE:FACTORY "
+                         "(your function that builds it).") from None
+    except EmbedderMismatch as e:  # Refiner.load names a bundle's files itself
+        raise (e if bundle else e.named(f'--protos {protos}', '--checkpoint '
+                                        f'{checkpoint}')) from None
     ref.settings = replace(ref.settings, **_options(options, ref.prototypes.n_classes, pal))
     return ref
 
@@ -114,14 +137,18 @@ def _refiner(bundle, checkpoint, protos, base=None, later: bool = False, pal=Non
 def _make_dir(d: Path):
     "Create the folder `d` (with its parents), or raise an error that names it and the fix."
     try: d.mkdir(parents=True, exist_ok=True)
-    except FileExistsError: raise NotADirectoryError(f"{d} is a file: pass a folder for the outputs.") from None
-    except OSError as e: raise type(e)(e.errno, f"cannot create the folder {d}: {e.strerror}. Choose a folder you can write to.") from None
+    except FileExistsError:
+        raise NotADirectoryError(f"{d} is a file: pass a folder for the outputs.") from None
+    except OSError as e: raise type(e)(e.errno, f"cannot create the folder {d}: {e.strerror}. "
+                                                "Choose a folder you can write to.") from None
 
 # %% ../nbs/07c_refine_job.ipynb #f849e23d
-def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4, workers: int = 0,
+def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, bs: int = 4,
+                workers: int = 0,
                 progress: bool = True) -> int:
-    "Refine `items` `bs` at a time, writing each label map to its `dsts` entry as soon as it is done: the number of files written."
-    dl = torch.utils.data.DataLoader(items, batch_size=bs, num_workers=workers, collate_fn=items.collate)
+    "Refine `items` `bs` at a time, each map written to its `dsts` file at once; returns the count."
+    dl = torch.utils.data.DataLoader(items, batch_size=bs, num_workers=workers,
+                                     collate_fn=items.collate)
     n = 0
     for groups in progress_bar(dl, total=len(dl), display=progress):
         for idx, imgs, sc in groups:
@@ -130,23 +157,29 @@ def _refine_all(ref, items: RefineItems, dsts: list, model=None, palette=None, b
     return n
 
 # %% ../nbs/07c_refine_job.ipynb #fefdd585
-def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, given, palette_from, options: dict,
+def _refine_job(images: Path, scores, out: Path, bundle, checkpoint, protos, given, palette_from,
+                options: dict,
                 force: bool = False, skip_existing: bool = False):
-    "`refine`'s checks of inputs and outputs, before any work (`given`: the model's options, `_BaseModelOptions`): Refiner, model (or None), images, score files, outputs, indices to write, palette."
+    "`refine`'s checks before any work (`given`: model options): Refiner, model, files, palette."
     files, sfs = _refine_inputs(images, scores, given)
-    if out.exists() and not out.is_dir(): raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"OUT {out} is a file: pass a folder for the label PNGs.")
     pal, pal_file = _palette(palette_from)
-    ref = _refiner(bundle, checkpoint, protos, later=bool(given), pal=pal, **options)   # None: it reads your model's features
+    ref = _refiner(bundle, checkpoint, protos, later=bool(given), pal=pal,
+                   **options)  # None: it reads your model's features
     dsts = [out/(f.stem + '.png') for f in files]
-    used = [*given.files, checkpoint, protos, pal_file, *(sfs or []), *(Path(bundle).iterdir() if bundle else [])]
+    used = [*given.files, checkpoint, protos, pal_file, *(sfs or []),
+            *(Path(bundle).iterdir() if bundle else [])]
     _check_outputs(files, dsts, files + [Path(p) for p in used if p])
     exist = [d for d in dsts if d.exists()]
     if exist and not (force or skip_existing):
-        raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass --force to overwrite them "
-                              "or --skip_existing to keep them.")
+        raise FileExistsError(f"{len(exist)} outputs exist in {out} (e.g. {exist[0].name}): pass "
+                              "--force to overwrite them or --skip_existing to keep them.")
     todo = [i for i, d in enumerate(dsts) if force or not d.exists()]
-    _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo], scores)
-    base = given.load()                                                 # last: every check that does not need it has passed
+    _check_scores_found([files[i] for i in todo], None if sfs is None else [sfs[i] for i in todo],
+                        scores)
+    base = given.load()  # last: every check that does not need it has passed
     if ref is None: ref = _refiner(bundle, checkpoint, protos, _model_of(base), pal=pal, **options)
-    model = None if base is None else _base_model(base, ref, bundle or checkpoint)   # on images normalised as it reads them
+    model = (None if base is None
+             else _base_model(base, ref, bundle or checkpoint))  # images normalised as `ref` reads
     return ref, model, files, sfs, dsts, todo, pal

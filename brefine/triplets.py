@@ -23,7 +23,7 @@ def sample_features(emb: torch.Tensor,    # (B,C,h,w) embeddings
                     size,                 # (H, W) full image size
                     normalize: bool = False, # L2-normalise the sampled vectors
                    ) -> torch.Tensor:
-    "Features (N,C) at full-resolution pixels, equal to `F.interpolate(emb, size, mode='bilinear')[bidx,:,y,x]`."
+    "Features (N,C) at full-size pixels: `F.interpolate(emb, size, mode='bilinear')[bidx,:,y,x]`."
     if emb.ndim != 4: raise ValueError(f"emb must be (B,C,h,w), got shape {tuple(emb.shape)}.")
     emb, bidx, y, x = (_plain(t) for t in (emb, bidx, y, x))
     B, C = emb.shape[:2]
@@ -32,15 +32,18 @@ def sample_features(emb: torch.Tensor,    # (B,C,h,w) embeddings
     if n == 0: return emb.new_zeros((0, C))
     bidx = bidx.long()
     counts = torch.bincount(bidx, minlength=B)
-    if len(counts) > B: raise ValueError(f"bidx holds batch index {len(counts)-1} but emb has only {B} images.")
+    if len(counts) > B:
+        raise ValueError(f"bidx holds batch index {len(counts)-1} but emb has only {B} images.")
     order = torch.argsort(bidx, stable=True)
     starts = counts.cumsum(0) - counts
     rank = torch.empty_like(bidx)
     rank[order] = torch.arange(n, device=bidx.device) - starts[bidx[order]]
     grid = emb.new_zeros((B, int(counts.max()), 2))
-    grid[bidx, rank] = torch.stack([(2 * x.to(emb.dtype) + 1) / W - 1, (2 * y.to(emb.dtype) + 1) / H - 1], -1)
-    out = F.grid_sample(emb, grid[:, None], mode='bilinear', padding_mode='border', align_corners=False)  # (B,C,1,M)
-    feats = out.view(C, n).t() if B == 1 else out[bidx, :, 0, rank]   # one image: a view, no copy (nor one in backward)
+    grid[bidx, rank] = torch.stack([(2 * x.to(emb.dtype) + 1) / W - 1,
+                                    (2 * y.to(emb.dtype) + 1) / H - 1], -1)
+    out = F.grid_sample(emb, grid[:, None], mode='bilinear', padding_mode='border',
+                        align_corners=False)  # (B,C,1,M)
+    feats = out.view(C, n).t() if B == 1 else out[bidx, :, 0, rank]   # one image: a view, no copy
     return F.normalize(feats, dim=1) if normalize else feats
 
 # %% ../nbs/03e_triplets.ipynb #b0568bc3
@@ -48,9 +51,10 @@ def band_features(emb: torch.Tensor,   # (B,C,h,w) embeddings
                   band: torch.Tensor,  # (B,H,W) bool band at image size
                   normalize: bool = False, # L2-normalise the sampled vectors
                  ) -> tuple:
-    "(feats (N,C), bidx, y, x) for the N band pixels, sampled from `emb` without building a full-size map."
+    "(feats (N,C), bidx, y, x) of the N band pixels, sampled from `emb` without a full-size map."
     if band.ndim != 3 or band.shape[0] != emb.shape[0]:
-        raise ValueError(f"band must be (B,H,W) with B={emb.shape[0]} like emb, got shape {tuple(band.shape)}.")
+        raise ValueError(f"band must be (B,H,W) with B={emb.shape[0]} like emb, got shape "
+                         f"{tuple(band.shape)}.")
     bidx, y, x = _plain(band).bool().nonzero(as_tuple=True)
     return sample_features(emb, bidx, y, x, band.shape[-2:], normalize), bidx, y, x
 
@@ -65,11 +69,12 @@ def feature_distance(a: torch.Tensor, b: torch.Tensor, distance: str = 'euclidea
 def triplet_losses(anchor: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, margin: float = 0.5,
                    distance: str = 'euclidean') -> torch.Tensor:
     "Loss of each triplet (N,): relu(d(anchor, pos) - d(anchor, neg) + margin)."
-    return F.relu(feature_distance(anchor, pos, distance) - feature_distance(anchor, neg, distance) + margin)
+    return F.relu(feature_distance(anchor, pos, distance) - feature_distance(anchor, neg, distance)
+                  + margin)
 
 # %% ../nbs/03e_triplets.ipynb #1399084f
 def _band_classes(mask, band, ignore_index=None):
-    "Band pixel coordinates (without void), their class index into `classes`, and the classes present."
+    "Band pixel coordinates (no void), their class index into `classes`, and the classes present."
     keep = band.bool()
     if ignore_index is not None: keep = keep & (mask != ignore_index)
     b, y, x = keep.nonzero(as_tuple=True)
@@ -82,16 +87,18 @@ N_TRIPLETS = 16384     # triplets per batch, by default
 def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
                     band: torch.Tensor,        # (B,H,W) bool band
                     n: int = N_TRIPLETS,       # number of triplets
-                    negatives: str = 'nearby', # 'nearby': other class close to the anchor; 'uniform': any other class
+                    negatives: str = 'nearby', # 'nearby' (other class near the anchor) or 'uniform'
                     ignore_index: int|None = None, # void label, never sampled
                     window: int = 15,          # side of the square searched for nearby negatives
                     n_probes: int = 16,        # random probes of that square per anchor
                    ):
-    "Coordinates (bidx, y, x), each (3,n): anchors, positives, negatives; None if the band has < 2 classes."
-    if negatives not in ('nearby', 'uniform'): raise ValueError(f"negatives must be 'nearby' or 'uniform', got {negatives!r}.")
+    "Coordinates (bidx, y, x), each (3,n): anchors, positives, negatives; None if < 2 band classes."
+    if negatives not in ('nearby', 'uniform'):
+        raise ValueError(f"negatives must be 'nearby' or 'uniform', got {negatives!r}.")
     mask, band = _plain(mask), _plain(band)
     if mask.shape != band.shape or mask.ndim != 3:
-        raise ValueError(f"mask and band must both be (B,H,W), got {tuple(mask.shape)} and {tuple(band.shape)}.")
+        raise ValueError(f"mask and band must both be (B,H,W), got {tuple(mask.shape)} and "
+                         f"{tuple(band.shape)}.")
     b, y, x, cls, classes = _band_classes(mask, band, ignore_index)
     K, dev = len(classes), mask.device
     if K < 2: return None
@@ -99,9 +106,10 @@ def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
     order = torch.argsort(cls, stable=True)
     starts = counts.cumsum(0) - counts
     def rand_below(m): return (torch.rand(m.shape, device=dev) * m).long().clamp_max(m - 1)
-    c = torch.randint(K, (n,), device=dev)                                 # anchor class, uniform over present classes
+    c = torch.randint(K, (n,), device=dev)  # anchor class, uniform over present classes
     ra = rand_below(counts[c])
-    rp = torch.where(counts[c] > 1, (ra + 1 + rand_below((counts[c] - 1).clamp_min(1))) % counts[c], ra)  # positive != anchor
+    rp = torch.where(counts[c] > 1, (ra + 1 + rand_below((counts[c] - 1).clamp_min(1))) % counts[c],
+                     ra)  # positive != anchor
     a, p = order[starts[c] + ra], order[starts[c] + rp]
     cn = (c + 1 + torch.randint(K - 1, (n,), device=dev)) % K               # another class, uniform
     ng = order[starts[cn] + rand_below(counts[cn])]
@@ -109,9 +117,9 @@ def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
     if negatives == 'nearby':
         B, H, W = mask.shape
         lab = torch.full((B, H, W), -1, dtype=torch.long, device=dev)
-        lab[b, y, x] = cls                                                  # class index of each usable band pixel, -1 elsewhere
+        lab[b, y, x] = cls  # class index of each usable band pixel, -1 elsewhere
         r = window // 2
-        def probe(v, size):                                                 # uniform in the window, cut to the image
+        def probe(v, size):  # uniform in the window, cut to the image
             lo, hi = (v[a] - r).clamp_min(0), (v[a] + r).clamp_max(size - 1)
             return lo[:, None] + rand_below((hi - lo + 1)[:, None].expand(n, n_probes))
         py, px = probe(y, H), probe(x, W)
@@ -121,31 +129,40 @@ def sample_triplets(mask: torch.Tensor,        # (B,H,W) int labels
         k = torch.arange(n, device=dev)
         nb = torch.where(found, b[a], nb)
         ny, nx = torch.where(found, py[k, j], ny), torch.where(found, px[k, j], nx)
-    return (torch.stack([b[a], b[p], nb]), torch.stack([y[a], y[p], ny]), torch.stack([x[a], x[p], nx]))
+    return (torch.stack([b[a], b[p], nb]), torch.stack([y[a], y[p], ny]),
+            torch.stack([x[a], x[p], nx]))
 
 # %% ../nbs/03e_triplets.ipynb #c77d1c61
 class TripletLoss:
     "fastai loss `(emb, mask, band) -> loss`: triplet loss on band pixels."
-    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS, distance: str = 'euclidean', negatives: str = 'nearby',
+    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS,
+                 distance: str = 'euclidean', negatives: str = 'nearby',
                  ignore_index: int|None = None, window: int = 15, reduction: str = 'mean'):
         if margin < 0: raise ValueError(f"margin must be >= 0, got {margin}.")
-        if not isinstance(n_triplets, int) or n_triplets < 1: raise ValueError(f"n_triplets must be a positive int, got {n_triplets!r}.")
-        if distance not in ('euclidean', 'cosine'): raise ValueError(f"distance must be 'euclidean' or 'cosine', got {distance!r}.")
-        if negatives not in ('nearby', 'uniform'): raise ValueError(f"negatives must be 'nearby' or 'uniform', got {negatives!r}.")
+        if not isinstance(n_triplets, int) or n_triplets < 1:
+            raise ValueError(f"n_triplets must be a positive int, got {n_triplets!r}.")
+        if distance not in ('euclidean', 'cosine'):
+            raise ValueError(f"distance must be 'euclidean' or 'cosine', got {distance!r}.")
+        if negatives not in ('nearby', 'uniform'):
+            raise ValueError(f"negatives must be 'nearby' or 'uniform', got {negatives!r}.")
         store_attr(); self.last = None
 
     def __call__(self, emb, mask, band):
         emb, mask, band = (_plain(t) for t in (emb, mask, band))
         if emb.ndim != 4 or band.shape[0] != emb.shape[0]:
-            raise ValueError(f"TripletLoss expects embeddings (B,C,h,w) and mask, band (B,H,W) of the same batch; "
-                             f"got {tuple(emb.shape)}, {tuple(mask.shape)}, {tuple(band.shape)}.")
-        t = sample_triplets(mask, band, self.n_triplets, self.negatives, self.ignore_index, self.window)
+            raise ValueError("TripletLoss expects embeddings (B,C,h,w) and mask, band (B,H,W) of "
+                             f"the same batch; got {tuple(emb.shape)}, {tuple(mask.shape)}, "
+                             f"{tuple(band.shape)}.")
+        t = sample_triplets(mask, band, self.n_triplets, self.negatives, self.ignore_index,
+                            self.window)
         if t is None:
-            self.last = dict(loss=emb.new_zeros(()), n=0, active=emb.new_zeros((), dtype=torch.long))
+            self.last = dict(loss=emb.new_zeros(()), n=0,
+                             active=emb.new_zeros((), dtype=torch.long))
             zero = emb.sum() * 0
             return zero.expand(emb.shape[0]) if self.reduction == 'none' else zero
         b, y, x = t
-        f = sample_features(emb, b.flatten(), y.flatten(), x.flatten(), band.shape[-2:]).view(3, self.n_triplets, -1)
+        f = sample_features(emb, b.flatten(), y.flatten(), x.flatten(),
+                            band.shape[-2:]).view(3, self.n_triplets, -1)
         l = triplet_losses(f[0], f[1], f[2], self.margin, self.distance)
         self.last = dict(loss=l.detach().sum(), n=self.n_triplets, active=(l.detach() > 0).sum())
         if self.reduction == 'none':
@@ -157,14 +174,16 @@ class TripletLoss:
     def activation(self, x): return x
     def decodes(self, x): return x
     def __repr__(self):
-        return (f"TripletLoss(margin={self.margin}, n_triplets={self.n_triplets}, distance={self.distance!r}, "
-                f"negatives={self.negatives!r}, ignore_index={self.ignore_index})")
+        return (f"TripletLoss(margin={self.margin}, n_triplets={self.n_triplets}, "
+                f"distance={self.distance!r}, negatives={self.negatives!r}, "
+                f"ignore_index={self.ignore_index})")
 
 # %% ../nbs/03e_triplets.ipynb #b6f1b25f
 class TripletCallback(Callback):
-    "Triplet training on band pixels: installs its `TripletLoss` as the loss and skips training batches with < 2 band classes."
+    "Triplet training on band pixels with `TripletLoss`, skipping batches with < 2 band classes."
     order = -5
-    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS, distance: str = 'euclidean', negatives: str = 'nearby',
+    def __init__(self, margin: float = 0.5, n_triplets: int = N_TRIPLETS,
+                 distance: str = 'euclidean', negatives: str = 'nearby',
                  ignore_index: int|None = None, window: int = 15):
         self.loss_func = TripletLoss(margin, n_triplets, distance, negatives, ignore_index, window)
         self.n_skipped = 0
@@ -184,7 +203,8 @@ class TripletCallback(Callback):
 
     def after_cancel_batch(self):
         self.learn.yb = ()                       # nothing to record for this batch
-        if not hasattr(self.learn, 'smooth_loss'): self.learn.smooth_loss = torch.tensor(float('nan'))
+        if not hasattr(self.learn, 'smooth_loss'):
+            self.learn.smooth_loss = torch.tensor(float('nan'))
 
 # %% ../nbs/03e_triplets.ipynb #a6a51b1e
 class ActiveTriplets(Metric):

@@ -22,15 +22,17 @@ def _check_learner_file(fname):
 
 # %% ../nbs/07b_user_model.ipynb #f29bed83
 def _load_learner(fname):
-    "The exported fastai Learner in `fname`, its model in eval mode. This unpickles the file, which can run code: only for trusted files."
+    "The fastai Learner exported to `fname`, model in eval mode; unpickled, so trusted files only."
     from fastai.learner import load_learner
     _check_learner_file(fname)
     try: learn = load_learner(fname, cpu=not torch.cuda.is_available())
     except (FileNotFoundError, PermissionError): raise
     except Exception as e:
-        raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass a file written by learn.export().") from None
+        raise ValueError(f"cannot load the fastai Learner {fname} ({type(e).__name__}: {e}): pass "
+                         "a file written by learn.export().") from None
     if not isinstance(getattr(learn, 'model', None), torch.nn.Module):
-        raise ValueError(f"{fname} does not hold an exported fastai Learner but a {type(learn).__name__}.")
+        raise ValueError(f"{fname} does not hold an exported fastai Learner but a "
+                         f"{type(learn).__name__}.")
     learn.model.eval()
     return learn
 
@@ -38,94 +40,116 @@ def _load_learner(fname):
 _MODEL_FLAGS = '--learner FILE or --model MODULE:FACTORY'       # how a message asks for your model
 
 def _model_spec(spec: str) -> tuple:
-    "The module and the attribute path named by the --model `spec` 'package.module:factory', or an error that shows the form."
+    "Module and attribute path of the --model `spec` 'package.module:factory'; errors show how."
     mod, sep, attr = str(spec).partition(':')
     names = lambda s: bool(s) and all(p.isidentifier() for p in s.split('.'))
     if sep and names(mod) and names(attr): return mod, attr
     file = Path(str(spec)).suffix.lower() in ('.pkl', '.pt', '.pth', '.bin', '.safetensors')
-    raise ValueError(f"--model {spec} is not MODULE:FACTORY: expected a Python import path, a colon and the name of a function "
-                     "in that module that takes no arguments and returns your model (e.g. my_models:segformer)."
-                     + (" A file goes to --learner (an exported fastai Learner) or --weights (a state dict)." if file else ''))
+    raise ValueError(f"--model {spec} is not MODULE:FACTORY: expected a Python import path, a "
+                     "colon and the name of a function in that module that takes no arguments and "
+                     "returns your model (e.g. my_models:segformer)."
+                     + (" A file goes to --learner (an exported fastai Learner) or --weights (a "
+                        "state dict)." if file else ''))
 
 
 # %% ../nbs/07b_user_model.ipynb #30c37cf0
 def _factory(spec: str):
-    "The callable that the --model `spec` names, its module imported (which runs the module's code), or an error that says what is missing."
+    "The callable --model `spec` names (importing its module runs it); errors name what is missing."
     import importlib
     mod, attr = _model_spec(spec)
-    if not {'', os.getcwd()} & set(sys.path): sys.path.insert(0, os.getcwd())    # the current folder, as uvicorn and gunicorn do
+    if not {'', os.getcwd()} & set(sys.path): sys.path.insert(0, os.getcwd())    # as uvicorn does
     try: obj = importlib.import_module(mod)
     except ModuleNotFoundError as e:
-        if e.name is None or not (mod + '.').startswith(e.name + '.'):            # a module that it imports is missing
-            raise ValueError(f"--model {spec}: importing {mod} failed: {e}. Install what it imports.") from None
-        raise ValueError(f"--model {spec}: no module {mod} on the Python path: run brefine from the folder that holds it, "
-                         "add that folder to PYTHONPATH, or install its package.") from None
-    except Exception as e: raise ValueError(f"--model {spec}: importing {mod} raised {type(e).__name__}: {e}. Fix that module.") from None
+        if e.name is None or not (mod + '.').startswith(e.name + '.'):  # an import of it is missing
+            raise ValueError(f"--model {spec}: importing {mod} failed: {e}. Install what it "
+                             "imports.") from None
+        raise ValueError(f"--model {spec}: no module {mod} on the Python path: run brefine from "
+                         "the folder that holds it, add that folder to PYTHONPATH, or install its "
+                         "package.") from None
+    except Exception as e: raise ValueError(f"--model {spec}: importing {mod} raised "
+                                            f"{type(e).__name__}: {e}. Fix that module.") from None
     for i, part in enumerate(attr.split('.')):
-        if not hasattr(obj, part): raise ValueError(f"--model {spec}: {'.'.join([mod, *attr.split('.')[:i]])} has no {part!r}. "
-                                                    f"Name a function defined in {mod} that returns your model.")
+        if not hasattr(obj, part): raise ValueError(f"--model {spec}: "
+                                                    f"{'.'.join([mod, *attr.split('.')[:i]])} has "
+                                                    f"no {part!r}. Name a function defined in "
+                                                    f"{mod} that returns your model.")
         obj = getattr(obj, part)
-    if not callable(obj): raise ValueError(f"--model {spec}: {attr} is of type {type(obj).__name__}, not a function: name one that "
+    if not callable(obj): raise ValueError(f"--model {spec}: {attr} is of type "
+                                           f"{type(obj).__name__}, not a function: name one that "
                                            "takes no arguments and returns your model.")
     return obj
 
 
 # %% ../nbs/07b_user_model.ipynb #8fc72068
 def _built_model(spec: str) -> torch.nn.Module:
-    "The model that the factory of the --model `spec` returns when called with no arguments, or an error that says what it needs or returned."
+    "The model the --model `spec` factory returns, called with no args; errors say what it needs."
     import inspect
     factory = _factory(spec)
     try: params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError): params = []                           # no signature (some builtins): just call it
-    need = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if need: raise ValueError(f"--model {spec}: {spec.partition(':')[2]} needs the arguments {', '.join(need)}, but FACTORY is called "
-                              "with none. Name a function that takes no arguments and builds your model with them.")
+    except (TypeError, ValueError): params = []  # no signature (some builtins): just call it
+    need = [p.name for p in params
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if need: raise ValueError(f"--model {spec}: {spec.partition(':')[2]} needs the arguments "
+                              f"{', '.join(need)}, but FACTORY is called with none. Name a "
+                              "function that takes no arguments and builds your model with them.")
     model = factory()
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a torch.nn.Module: FACTORY must "
-                         "return your segmentation model (of a fastai Learner, learn.model).")
+        raise ValueError(f"--model {spec} returned an object of type {type(model).__name__}, not a "
+                         "torch.nn.Module: FACTORY must return your segmentation model (of a "
+                         "fastai Learner, learn.model).")
     return model
 
 
 # %% ../nbs/07b_user_model.ipynb #513b4692
 def _read_weights(fname) -> dict:
-    "The state dict in the --weights file `fname`, read as data (`torch.load(weights_only=True)`): a plain one, or one under 'model' or 'state_dict'."
+    "The state dict in --weights `fname`, read as data: plain, or under 'model' or 'state_dict'."
     p, fix = Path(fname), "Save your model's weights with torch.save(model.state_dict(), FILE)."
-    if not p.is_file(): raise FileNotFoundError(f"--weights {p} not found: pass the file of your model's state dict.")
+    if not p.is_file(): raise FileNotFoundError(f"--weights {p} not found: pass the file of your "
+                                                "model's state dict.")
     try: sd = torch.load(p, map_location='cpu', weights_only=True)
-    except PermissionError as e: raise PermissionError(f"--weights {p} cannot be read ({e.strerror}): check its permissions.") from None
+    except PermissionError as e: raise PermissionError(f"--weights {p} cannot be read "
+                                                       f"({e.strerror}): check its "
+                                                       "permissions.") from None
     except pickle.UnpicklingError as e:
-        if 'unsupported global' not in str(e).lower(): raise ValueError(f"--weights {p} is truncated or corrupt. {fix}") from None
-        raise ValueError(f"--weights {p} is not a state dict: it asks to build objects (a whole model saved with torch.save(model)?), "
-                         f"which brefine never unpickles, so nothing in it ran. {fix}") from None
-    except Exception as e: raise ValueError(f"--weights {p} is not a torch file ({type(e).__name__}). {fix}") from None
+        if 'unsupported global' not in str(e).lower():
+            raise ValueError(f"--weights {p} is truncated or corrupt. {fix}") from None
+        raise ValueError(f"--weights {p} is not a state dict: it asks to build objects (a whole "
+                         "model saved with torch.save(model)?), which brefine never unpickles, so "
+                         f"nothing in it ran. {fix}") from None
+    except Exception as e:
+        raise ValueError(f"--weights {p} is not a torch file ({type(e).__name__}). {fix}") from None
     for k in ('model', 'state_dict'):
         if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
-    if isinstance(sd, dict) and sd and all(isinstance(k, str) and torch.is_tensor(v) for k, v in sd.items()): return sd
-    raise ValueError(f"--weights {p} holds an object of type {type(sd).__name__}, not a state dict (names of weights to tensors). {fix}")
+    if isinstance(sd, dict) and sd and all(isinstance(k, str) and torch.is_tensor(v) for k,
+                                           v in sd.items()): return sd
+    raise ValueError(f"--weights {p} holds an object of type {type(sd).__name__}, not a state dict "
+                     f"(names of weights to tensors). {fix}")
 
 
 # %% ../nbs/07b_user_model.ipynb #57f41a6b
 def _load_weights(model, state: dict, spec: str, fname):
-    "Load the state dict `state` of the --weights file `fname` into `model`, built by the --model `spec`: refused unless it holds the model's weights by name and shape."
+    "Load `state` (--weights `fname`) into `model` (of --model `spec`): names, shapes must match."
     own = model.state_dict()
     missing, extra = [k for k in own if k not in state], [k for k in state if k not in own]
-    shapes = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model" for k in own
+    shapes = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model"
+              for k in own
               if k in state and state[k].shape != own[k].shape]
     if missing or extra or shapes:
         some = lambda what, ks: [f"{len(ks)} {what} (e.g. {ks[0]})"] if ks else []
         raise ValueError(f"--weights {fname} does not fit the model of --model {spec}: "
-                         + ', '.join(some('weights of the model missing', missing) + some('names the model lacks', extra)
+                         + ', '.join(some('weights of the model missing', missing)
+                                     + some('names the model lacks', extra)
                                      + some('of other shapes', shapes))
-                         + ". Pass the state dict saved from this model (torch.save(model.state_dict(), FILE)), or the --model "
-                           "that builds the model of these weights.")
+                         + ". Pass the state dict saved from this model "
+                           "(torch.save(model.state_dict(), FILE)), or the --model that builds the "
+                           "model of these weights.")
     model.load_state_dict(state)
 
 
 # %% ../nbs/07b_user_model.ipynb #77d1496c
 def _model_from_code(spec: str, weights=None) -> torch.nn.Module:
-    "The model that the --model `spec` builds, with the state dict of the --weights file `weights` loaded (read as data), in eval mode. Importing the module runs its code."
-    state = _read_weights(weights) if weights else None        # first: a file that is no state dict is refused before any code runs
+    "The --model `spec`'s model (importing runs code), --weights `weights` loaded, in eval mode."
+    state = _read_weights(weights) if weights else None        # first: refused before any code runs
     model = _built_model(spec)
     if state is not None: _load_weights(model, state, spec, weights)
     return model.eval()
@@ -134,27 +158,31 @@ def _model_from_code(spec: str, weights=None) -> torch.nn.Module:
 # %% ../nbs/07b_user_model.ipynb #e49ee376
 @dataclass(frozen=True)
 class _BaseModelOptions:
-    "Your segmentation model as the command line gives it: `--learner FILE`, or `--model MODULE:FACTORY` with optional `--weights FILE`; neither: none. Checked when made, without loading anything."
+    "Your model: `--learner FILE` or `--model MODULE:FACTORY` [`--weights FILE`]; checked, not run."
     learner: str|None = None
     model: str|None = None
     weights: str|None = None
     def __post_init__(self):
         if self.learner is not None and self.model is not None:
-            raise ValueError("Pass your model as --learner FILE or as --model MODULE:FACTORY, not both.")
+            raise ValueError("Pass your model as --learner FILE or as --model MODULE:FACTORY, not "
+                             "both.")
         if self.weights is not None and self.model is None:
-            raise ValueError(f"--weights {self.weights}: --weights goes with --model (a state dict of its model): pass --model "
-                             "MODULE:FACTORY too, or drop --weights (an exported Learner holds its own weights).")
+            raise ValueError(f"--weights {self.weights}: --weights goes with --model (a state dict "
+                             "of its model): pass --model MODULE:FACTORY too, or drop --weights "
+                             "(an exported Learner holds its own weights).")
         if self.model is not None: _model_spec(self.model)
         if self.weights is not None and not Path(self.weights).is_file():
-            raise FileNotFoundError(f"--weights {self.weights} not found: pass the file of your model's state dict.")
+            raise FileNotFoundError(f"--weights {self.weights} not found: pass the file of your "
+                                    "model's state dict.")
     def __bool__(self): return self.learner is not None or self.model is not None
     @property
     def flag(self) -> str:
         "How messages name the option: the one given, else both."
-        return '--learner FILE' if self.learner is not None else '--model MODULE:FACTORY' if self.model is not None else _MODEL_FLAGS
+        return ('--learner FILE' if self.learner is not None
+                else '--model MODULE:FACTORY' if self.model is not None else _MODEL_FLAGS)
     @property
     def options(self) -> str:
-        "The options as the command line spells them (' --learner FILE', ' --model M --weights W' or ''): for a printed command."
+        "The options as command lines spell them: ' --learner F', ' --model M --weights W' or ''."
         given = dict(learner=self.learner, model=self.model, weights=self.weights)
         return ''.join(f' --{k} {v}' for k, v in given.items() if v is not None)
     @property
@@ -162,23 +190,26 @@ class _BaseModelOptions:
         "The files given, which no output may replace."
         return [Path(f) for f in (self.learner, self.weights) if f is not None]
     def load(self):
-        "The --learner's Learner (its model in eval mode), the model that --model builds, or None. Either can run code: call it last."
+        "The --learner's Learner (eval mode), --model's model, or None; runs code: call it last."
         if self.learner is not None: return _load_learner(self.learner)
         return _model_from_code(self.model, self.weights) if self.model is not None else None
 
 
 # %% ../nbs/07b_user_model.ipynb #61f8e315
 class _Renormalised(torch.nn.Module):
-    "`model`, given images normalised as `given` = (mean, std) (None: pixels 0..1), reading them normalised as `to`."
+    "`model` on images normalised as `given` (mean, std; None: pixels 0..1), reading them as `to`."
     def __init__(self, model, given: tuple, to: tuple):
-        super().__init__(); self.wrapped = model            # not `.model`, which brefine would take for a Learner's
-        (gm, gs), (tm, ts) = ((torch.zeros(3), torch.ones(3)) if s[0] is None else map(torch.tensor, s) for s in (given, to))
-        self.register_buffer('scale', (gs / ts).view(1, 3, 1, 1)); self.register_buffer('shift', ((gm - tm) / ts).view(1, 3, 1, 1))
-    def forward(self, x): return self.wrapped(x * self.scale + self.shift)      # (pixel − tm) / ts, from x = (pixel − gm) / gs
+        super().__init__(); self.wrapped = model            # not `.model`: that marks a Learner
+        (gm, gs), (tm, ts) = ((torch.zeros(3), torch.ones(3)) if s[0] is None
+                              else map(torch.tensor, s) for s in (given, to))
+        self.register_buffer('scale', (gs / ts).view(1, 3, 1, 1))
+        self.register_buffer('shift', ((gm - tm) / ts).view(1, 3, 1, 1))
+    def forward(self, x):  # (pixel − tm) / ts, from x = (pixel − gm) / gs
+        return self.wrapped(x * self.scale + self.shift)
 
 # %% ../nbs/07b_user_model.ipynb #dbe5de2d
 def _base_model(base, ref, source):
-    "The model of `base` (a --learner's Learner, or a --model's module) as `ref` runs it, on images normalised as the Learner does (a module without one: as `ref`'s prototypes record): refused for an embedder on its features trained otherwise (from `source`), re-normalised for one with its own backbone."
+    "`base`'s model (a Learner's or --model's) as `ref` runs it, on images normalised as it reads."
     model, kept = _model_of(base), (ref.prototypes.mean, ref.prototypes.std)
     own = kept if isinstance(base, torch.nn.Module) else _norm_stats(base.dls)
     if reads_base(ref.embedder, model): _check_stats(kept, own, source); return model

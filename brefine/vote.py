@@ -18,7 +18,7 @@ __all__ = ['GREY_TABLE_CLASSES', 'grey_levels']
 
 # %% ../nbs/05a_vote.ipynb #6b512fcc
 def _mark(mask: torch.Tensor, i: int, dtype: torch.dtype) -> torch.Tensor:
-    "`i` where the bool `mask` holds and 0 elsewhere, as `dtype` (written into the mask's own memory for uint8)."
+    "`i` where the bool `mask` holds, else 0, as `dtype` (in the mask's own memory for uint8)."
     return (mask.view(torch.uint8) if dtype == torch.uint8 else mask.to(dtype)).mul_(i)
 
 # %% ../nbs/05a_vote.ipynb #e5d91e75
@@ -30,103 +30,115 @@ def _pixels(lin, B: int, H: int, W: int) -> tuple:
 
 # %% ../nbs/05a_vote.ipynb #ee1d8599
 def _box_sums(labels, M: int, k: int) -> tuple:
-    "k×k window counts of the classes 0..M-1 in `labels` (B,H,W) (nothing counted outside the image), packed: int32 sums (P,B·H·W), each class's offset and bit shift in them (M,), and the mask of one count. Small-int numpy `labels` are counted with cv2, several classes per int32; a tensor with average pools, one class per row."
+    "k×k window counts of the classes in `labels` (B,H,W), packed: sums, offsets, shifts, mask."
     B, H, W = labels.shape
     if isinstance(labels, np.ndarray):
-        bits = (min(k, H) * min(k, W)).bit_length(); per = 31 // bits        # lanes of `bits` bits below the sign bit
-        lut = np.zeros((-(-M // per), 256 if labels.dtype == np.uint8 else max(M, int(labels.max()) + 1)), np.int32)
+        bits = (min(k, H) * min(k, W)).bit_length(); per = 31 // bits  # lanes below the sign bit
+        lut = np.zeros((-(-M // per), 256 if labels.dtype == np.uint8
+                        else max(M, int(labels.max()) + 1)), np.int32)
         for c in range(M): lut[c // per, c] = 1 << (bits * (c % per))
-        box = lambda m: cv2.boxFilter(m, cv2.CV_32S, (k, k), normalize=False, borderType=cv2.BORDER_CONSTANT)
-        sums = torch.from_numpy(np.stack([np.stack([box(m) for m in t.take(labels)]).reshape(-1) for t in lut]))
+        box = lambda m: cv2.boxFilter(m, cv2.CV_32S, (k, k), normalize=False,
+                                      borderType=cv2.BORDER_CONSTANT)
+        sums = torch.from_numpy(np.stack([np.stack([box(m) for m in t.take(labels)]).reshape(-1)
+                                          for t in lut]))
     else:
         bits, per = 31, 1
-        m = (labels[None] == torch.arange(M, device=labels.device)[:, None, None, None]).float().flatten(0, 1)[:, None]
+        m = (labels[None] == torch.arange(M, device=labels.device)[:, None, None, None]
+             ).float().flatten(0, 1)[:, None]
         m = F.avg_pool2d(F.avg_pool2d(m, (1, k), 1, (0, k // 2)), (k, 1), 1, (k // 2, 0))
         sums = (m * (k * k)).round_().int().view(M, -1)
-    c, at32 = torch.arange(M, device=sums.device), sums.numel() < 2 ** 31       # int32 offsets where they fit: faster sums
-    return sums, (c // per * sums.shape[1]).to(torch.int32 if at32 else torch.int64), (bits * (c % per)).int(), (1 << bits) - 1
+    c, at32 = torch.arange(M, device=sums.device), sums.numel() < 2 ** 31  # int32 offsets: faster
+    return (sums, (c // per * sums.shape[1]).to(torch.int32 if at32 else torch.int64),
+            (bits * (c % per)).int(), (1 << bits) - 1)
 
 # %% ../nbs/05a_vote.ipynb #ab0769c4
 def _counts_at(sums, off, shift, mask, cand, lin) -> torch.Tensor:
-    "int32 window counts (N,K) of the classes `cand` (N,K) at the flat pixels `lin` (K,), from `_box_sums`."
+    "int32 window counts (N,K) of classes `cand` (N,K) at flat pixels `lin` (K,), from `_box_sums`."
     c = cand.reshape(-1).int()
-    v = sums.view(-1).index_select(0, (off.index_select(0, c).view(cand.shape) + lin.to(off.dtype)).view(-1))
+    v = sums.view(-1).index_select(0, (off.index_select(0, c).view(cand.shape)
+                                       + lin.to(off.dtype)).view(-1))
     return (v >> shift.index_select(0, c)).bitwise_and_(mask).view(cand.shape)
 
 # %% ../nbs/05a_vote.ipynb #0348d37f
 def _window_counts(labels, classes: list, k: int, b, y, x) -> torch.Tensor:
-    "(len(classes), K) float: how many pixels of each class the k×k window around each pixel (b,y,x) of `labels` (B,H,W) holds (nothing counted outside the image); `labels` a small-int numpy array (cv2) or a tensor."
+    "(len(classes), K) float: each class's pixel count in the k×k window of each pixel of `labels`."
     lin = torch.as_tensor((b * labels.shape[1] + y) * labels.shape[2] + x)
     box = _box_sums(labels, max(classes) + 1, k)
-    return _counts_at(*box, torch.tensor(classes, device=lin.device)[:, None].expand(-1, len(lin)), lin).float()
+    return _counts_at(*box, torch.tensor(classes, device=lin.device)[:, None].expand(-1, len(lin)),
+                      lin).float()
 
 # %% ../nbs/05a_vote.ipynb #1095fbf4
 def _most(v, cand, allowed) -> torch.Tensor:
-    "The row (K,) of candidates `cand` (N,K) with the largest score `v` (N,K, int) among those `allowed` (N,K), the first of equals."
+    "The row (K,) of `cand` (N,K) of largest int score `v` among those `allowed`; first of equals."
     if not allowed.all(): v.masked_fill_(~allowed, -1)
     pick, best = cand[0].clone(), v[0]
     for j in range(1, len(cand)):
         more = v[j] > best; best = torch.maximum(best, v[j])
-        pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)                # pick = cand[j] where more (wrapping arithmetic)
+        pick += _mark(more, 1, pick.dtype) * (cand[j] - pick)  # pick = cand[j] where more (wraps)
     return pick
 
 # %% ../nbs/05a_vote.ipynb #1e80031f
 def _pick(scores, cand, allowed, cur) -> torch.Tensor:
-    "The row (K,) of candidates `cand` (N,K) `allowed` (N,K) with the largest integer `scores` (N,K); a tie keeps the pixel's label `cur` (K,), then goes to the first."
+    "The row of `cand` `allowed` with largest `scores` (N,K); ties keep `cur` (K,), else the first."
     return _most(scores * 2 + (cand == cur), cand, allowed)
 
 # %% ../nbs/05a_vote.ipynb #d6107425
 def _vote(box: tuple, lin, cand, allowed, cur) -> torch.Tensor:
-    "New labels of the flat pixels `lin` (K,): the candidate (`cand` (N,K)) `allowed` (N,K) whose class the window around the pixel holds most often (`box` from `_box_sums`); a tie keeps the pixel's label `cur` (K,)."
+    "New labels of pixels `lin`: the `allowed` `cand` most in its window (`box`); ties keep `cur`."
     return _pick(_counts_at(*box, cand, lin), cand, allowed, cur)
 
 # %% ../nbs/05a_vote.ipynb #d96f2b82
 def grey_levels(x: torch.Tensor, mean=None, std=None) -> torch.Tensor:
-    "The 8-bit grey levels (B,H,W) uint8, Rec. 601 luma, of images `x` (B,3,H,W) prepared by `prepare_image` with `mean` and `std`."
+    "uint8 luma (Rec. 601) of images `x` (B,3,H,W) that `prepare_image` made with `mean` and `std`."
     if mean is not None and std is not None:
         m, s = _channel_stats(mean, std, x.device, x.dtype)
-        v = torch.addcmul(m * 255, x, s * 255)                           # 255·(x·std + mean) in one pass: the 0-255 values
+        v = torch.addcmul(m * 255, x, s * 255)  # 255·(x·std + mean) in one pass: the 0-255 values
     else: v = x * 255
-    r, g, b = v.round_().clamp_(0, 255).unbind(1)                        # whole numbers: the sums below stay under 2²⁴, exact in float32
-    return r.mul(299).add_(g, alpha=587).add_(b, alpha=114).add_(500).div_(1000).floor_().to(torch.uint8)   # (299 R + 587 G + 114 B + 500) // 1000
+    r, g, b = v.round_().clamp_(0, 255).unbind(1)  # whole: sums stay under 2²⁴, exact in float32
+    return (r.mul(299).add_(g, alpha=587).add_(b, alpha=114)  # (299R + 587G + 114B + 500) // 1000
+            .add_(500).div_(1000).floor_().to(torch.uint8))
 
 # %% ../nbs/05a_vote.ipynb #850cf37b
 @functools.lru_cache(maxsize=16)
 def _grey_weights(sigma: float) -> torch.Tensor:
-    "int32 weights (511,) of the grey-level differences d = −255..255 (at d+255): exp(−d²/2σ²) in steps of 1/65536."
+    "int32 weights (511,) of grey differences d = −255..255 (at d+255): 65536·exp(−d²/2σ²)."
     d = torch.arange(-255, 256, dtype=torch.float64)
     return (d * d / (-2 * sigma * sigma)).exp().mul(1 << 16).round().int()
 
 # %% ../nbs/05a_vote.ipynb #31a61dbb
 @functools.lru_cache(maxsize=None)
 def _lattice(k: int) -> tuple:
-    "Offsets of up to 5 evenly spread rows (or columns) of a k×k window, from −k//2 to k//2: all of them for k ≤ 5."
+    "Offsets of up to 5 evenly spread rows (or columns) of a k×k window, −k//2..k//2; k ≤ 5: all."
     r = k // 2
     return tuple(torch.linspace(-r, r, min(k, 5)).round().long().unique().tolist())
 
 # %% ../nbs/05a_vote.ipynb #9b0cfff4
-GREY_TABLE_CLASSES = 64                                                  # up to this many classes the weighted vote reads `_grey_table`
+GREY_TABLE_CLASSES = 64  # up to this many classes the weighted vote reads `_grey_table`
 
 def _grey_plane(labels, grey, r: int, M: int) -> torch.Tensor:
-    "Flat int32 plane of `label·512 + grey` for labels and grey levels (B,H,W), padded by `r` with label `M` (no class's)."
-    return F.pad(labels.int().bitwise_left_shift(9).bitwise_or_(grey), (r, r, r, r), value=M << 9).view(-1)
+    "Flat int32 `label·512 + grey` of labels and greys (B,H,W), padded by `r` with label `M`."
+    return F.pad(labels.int().bitwise_left_shift(9).bitwise_or_(grey), (r, r, r, r),
+                 value=M << 9).view(-1)
 
 # %% ../nbs/05a_vote.ipynb #31dac427
 @functools.lru_cache(maxsize=4)
 def _grey_table(sigma: float, M: int) -> torch.Tensor:
-    "float32 ((M+1)·512, M): row `l·512 + d + 255` holds the weight of the grey-level difference d in column l; label M's rows are 0."
+    "float32 ((M+1)·512, M): row `l·512 + d + 255` has grey difference d's weight in column l."
     t = torch.zeros(M + 1, 512, M)
     t[torch.arange(M), :511, torch.arange(M)] = _grey_weights(sigma).float()
     return t.view(-1, M)
 
 # %% ../nbs/05a_vote.ipynb #beeb89eb
 def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torch.Tensor:
-    "int32 (N,K): for the candidates `cand` (N,K) of the plane positions `at` (K,) (`plane` `Wp` wide), the sums of grey-level weights at the `k`-window's `_lattice` points holding each one's class."
-    offs = torch.tensor([dy * Wp + dx for dy in _lattice(k) for dx in _lattice(k)], dtype=at.dtype, device=at.device)
-    g = 255 - (plane.index_select(0, at) & 511)                          # 255 − g₀: with a point's grey g, g − g₀ + 255 indexes the weights
-    if M <= GREY_TABLE_CLASSES:                                          # every class's sum in one pass over the table
-        rows = plane.index_select(0, (at[:, None] + offs).view(-1)).view(len(at), len(offs)).add_(g[:, None])
-        return F.embedding_bag(rows, _grey_table(float(sigma), M).to(plane.device), mode='sum').gather(1, cand.t().long()).t().int()
+    "int32 (N,K): per `cand` at `at`, the sum of grey weights at `_lattice` points of its class."
+    offs = torch.tensor([dy * Wp + dx for dy in _lattice(k) for dx in _lattice(k)], dtype=at.dtype,
+                        device=at.device)
+    g = 255 - (plane.index_select(0, at) & 511)  # 255 − g₀: g − g₀ + 255 indexes the weights
+    if M <= GREY_TABLE_CLASSES:  # every class's sum in one pass over the table
+        rows = (plane.index_select(0, (at[:, None] + offs).view(-1))
+                .view(len(at), len(offs)).add_(g[:, None]))
+        return F.embedding_bag(rows, _grey_table(float(sigma), M).to(plane.device),
+                               mode='sum').gather(1, cand.t().long()).t().int()
     w, ci = _grey_weights(float(sigma)).to(at.device), cand.int()
     score = torch.zeros(cand.shape, dtype=torch.int32, device=at.device)
     for o in offs.tolist():
@@ -136,17 +148,18 @@ def _grey_scores(plane, at, Wp: int, cand, k: int, sigma: float, M: int) -> torc
     return score
 
 # %% ../nbs/05a_vote.ipynb #2f79423d
-def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple, M: int) -> torch.Tensor:
-    "New labels of the flat pixels `lin` (K,) of images of `size` (B,H,W): the allowed candidate (`cand`, `allowed` (N,K)) with the largest `_grey_scores` (`plane`: `_grey_plane` padded by k//2); a tie keeps `cur`."
+def _grey_vote(plane, lin, cand, allowed, cur, k: int, sigma: float, size: tuple,
+               M: int) -> torch.Tensor:
+    "New labels of pixels `lin`: the `allowed` `cand` of largest `_grey_scores`; ties keep `cur`."
     (B, H, W), r = size, k // 2
     b, y, x = _pixels(lin, B, H, W)
     at = (b * (H + 2 * r) + y + r) * (W + 2 * r) + x + r
-    if plane.numel() < 2 ** 31: at = at.int()                            # int32 positions: half the memory traffic
+    if plane.numel() < 2 ** 31: at = at.int()  # int32 positions: half the memory traffic
     return _pick(_grey_scores(plane, at, W + 2 * r, cand, k, sigma, M), cand, allowed, cur)
 
 # %% ../nbs/05a_vote.ipynb #400c88c2
 def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
-    "`op` (`torch.maximum` or `torch.minimum`) of `x` (B,H,W) over the `_lattice` points of the k×k window around each pixel, `fill` outside the image."
+    "`op` (`torch.maximum`/`minimum`) of `x` (B,H,W) over each k×k `_lattice`, `fill` outside."
     r, L, (H, W) = k // 2, _lattice(k), x.shape[-2:]
     p = F.pad(x, (r, r, r, r), value=fill)
     rows = functools.reduce(op, [p[..., r + d:r + d + W] for d in L])
@@ -154,8 +167,10 @@ def _lattice_reduce(x, k: int, op, fill) -> torch.Tensor:
 
 # %% ../nbs/05a_vote.ipynb #3754955f
 def _revote(labels, k: int, before=None) -> torch.Tensor:
-    "Flat bool (B·H·W,): the pixels of `labels` (B,H,W) whose weighted vote can change them -- more than one label at the k-window's lattice points and, after a pass from the labels `before`, a change at one of them."
-    info = torch.iinfo(labels.dtype)                                     # outside the image: no label
-    redo = _lattice_reduce(labels, k, torch.maximum, info.min) != _lattice_reduce(labels, k, torch.minimum, info.max)
-    if before is not None: redo &= _lattice_reduce((labels != before).view(torch.uint8), k, torch.maximum, 0).bool()
+    "Flat bool: the pixels of `labels` that a weighted vote may change (given the labels `before`)."
+    info = torch.iinfo(labels.dtype)  # outside the image: no label
+    redo = (_lattice_reduce(labels, k, torch.maximum, info.min)
+            != _lattice_reduce(labels, k, torch.minimum, info.max))
+    if before is not None:
+        redo &= _lattice_reduce((labels != before).view(torch.uint8), k, torch.maximum, 0).bool()
     return redo.view(-1)
