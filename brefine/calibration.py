@@ -16,8 +16,9 @@ from .core import to_numpy, as_int, as_float, _model_of, _device_of
 from .prototypes import Prototypes
 from .inputs import prepare_image, _evaluating
 from .vote import grey_levels, _pixels
-from .refine import (SETTING_LIMITS, RefineSettings, _base_answer, _candidates, _check_protos, _decisions,
-                            _scores_and_embedding, _true_at, _top_n, _sample, _band_pixels)
+from .refine import (SETTING_LIMITS, RefineSettings, _base_answer, _candidates,
+                            _check_protos, _decisions, _scores_and_embedding, _true_at, _top_n,
+                            _sample, _band_pixels)
 from .metrics import _TruthScorer, _add_stats, _bf_miou_of
 
 # %% auto #0
@@ -29,24 +30,24 @@ def _as_list(o, n=None):
     if isinstance(o, (list, tuple)): return list(o)
     return [o] if n is None else [o] * n
 
-OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),        # (boundary F, mIoU) -> sort key, larger is better
+OBJECTIVES = {'mean': lambda bf, miou: ((bf + miou) / 2, bf),   # (boundary F, mIoU) -> sort key
               'boundary_f1': lambda bf, miou: (bf, miou),
               'miou': lambda bf, miou: (miou, bf)}
 
 # %% ../nbs/06a_calibration.ipynb #da6f9de4
 def _wait_for_gpu():
-    "Wait until the GPU (CUDA) has run the work queued on it: its kernels run after the call that queues them returns."
+    "Wait until the GPU (CUDA) has run the work queued on it (its kernels finish after the call)."
     if torch.cuda.is_available() and torch.cuda.is_initialized(): torch.cuda.synchronize()
 
 # %% ../nbs/06a_calibration.ipynb #956a352c
 def _timed(f, *args) -> tuple:
-    "(`f(*args)`, the seconds it took, on a GPU too: the clock is read once the work queued before and by `f` has run)."
+    "(`f(*args)`, the seconds it took), the clock read once the GPU has run the work queued."
     _wait_for_gpu(); t = time.perf_counter(); r = f(*args); _wait_for_gpu()
     return r, time.perf_counter() - t
 
 # %% ../nbs/06a_calibration.ipynb #8ee57b30
 def _bar(items: list, comment: str|None):
-    "`items`, shown as they are gone through by a progress bar (with the time left) that says `comment`; None: no bar."
+    "`items`, with a progress bar (and the time left) that says `comment`; None: no bar."
     if comment is None: return items
     bar = progress_bar(items, leave=False); bar.comment = comment
     return bar
@@ -54,45 +55,53 @@ def _bar(items: list, comment: str|None):
 # %% ../nbs/06a_calibration.ipynb #4329c380
 def _calibration_inputs(model, prototypes, images, probs, gts, progress: bool, grey: bool = False,
                         who: str = 'calibrate') -> tuple:
-    "Per validation image (run once): the embedder's features, the base probabilities, with `grey` the grey levels and the seconds they took (else None, 0); and the ground truths as numpy. `who` is the function named in errors."
+    "Per image: the embedder's features, base scores, grey levels and their seconds; the truths."
     imgs, gts_ = _as_list(images), [to_numpy(g) for g in _as_list(gts)]
     kind = next((g.dtype for g in gts_ if g.dtype.kind not in 'biu'), None)
-    if kind is not None: raise TypeError(f"gts must hold integer class indices, got {kind}: for scores take the arg-max over the "
-                                         "class axis; for float-coded labels use .astype(int).")
-    scores = _as_list(probs, len(imgs)) if not isinstance(probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
+    if kind is not None: raise TypeError(f"gts must hold integer class indices, got {kind}: for "
+                                         "scores take the arg-max over the class axis; for "
+                                         "float-coded labels use .astype(int).")
+    scores = _as_list(probs, len(imgs)) if not isinstance(
+        probs, (list, tuple, np.ndarray, torch.Tensor)) else _as_list(probs)
     if not (len(imgs) == len(scores) == len(gts_)):
-        raise ValueError(f"{who} needs one score map (`probs`) and one ground truth (`gts`) per image (`images`): got {len(imgs)} "
-                         f"images, {len(scores)} score maps, {len(gts_)} ground truths.")
-    if not imgs: raise ValueError(f"{who} needs validation images, but `images`, `probs` and `gts` are empty: pass one or more "
-                                  "images with their scores (or the base model as `probs`) and ground truths.")
+        raise ValueError(f"{who} needs one score map (`probs`) and one ground truth (`gts`) per "
+                         f"image (`images`): got {len(imgs)} images, {len(scores)} score maps, "
+                         f"{len(gts_)} ground truths.")
+    if not imgs: raise ValueError(f"{who} needs validation images, but `images`, `probs` and `gts` "
+                                  "are empty: pass one or more images with their scores (or the "
+                                  "base model as `probs`) and ground truths.")
     cache, dev = [], _device_of(model)
     with torch.inference_mode():
         for im, sc in zip(_bar(imgs, 'embedding the images' if progress else None), scores):
             x, _ = prepare_image(im, prototypes.mean, prototypes.std); x = x.to(dev)
             p, emb = _scores_and_embedding(model, sc, x, False)
-            cache.append((emb, p, *(_timed(grey_levels, x, prototypes.mean, prototypes.std) if grey else (None, 0.))))
+            cache.append((emb, p, *(_timed(grey_levels, x, prototypes.mean, prototypes.std)
+                                    if grey else (None, 0.))))
     return cache, gts_
 
 # %% ../nbs/06a_calibration.ipynb #a58c1c28
-def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index,
-                    progress: str|None = None, each: bool = False) -> tuple:
-    "For each setting in `tried`: the metrics' statistics (with `each`, a list of them, one per image) and its post-processing seconds (the arg-max, the grey levels of a weighted vote, its group's candidates, its decision), summed over the images of `cache` (from `_calibration_inputs`) and `gts`; a progress bar saying `progress` unless it is None."
-    n, groups = prototypes.n_classes, {}     # (radius, gate, top-N) -> (alpha, vote, grey) -> {passes: index}: what each step shares
+def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int,
+                    ignore_index, progress: str|None = None, each: bool = False) -> tuple:
+    "Per setting of `tried`: its metrics' statistics (`each`: per image) and its seconds, summed."
+    n, groups = prototypes.n_classes, {}   # (radius, tau, top_n) -> (alpha, vote, grey) -> passes
     for i, s in enumerate(tried):
-        groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[s.passes if s.grey is not None else 1] = i
+        groups.setdefault((s.radius, s.tau, s.top_n), {}).setdefault((s.alpha, s.vote, s.grey), {})[
+            s.passes if s.grey is not None else 1] = i
     sums, secs = [[] if each else None for _ in tried], [0.] * len(tried)
     with torch.inference_mode():
         for (e, p, lv, t_lv), g in _bar(list(zip(cache, gts)), progress):
-            a, t_a = _timed(_base_answer, p)                                 # once per image, not once per setting
-            truth = _TruthScorer(g, n, tolerance, ignore_index).rebase(to_numpy(a[0][0]))   # each setting recounted where it differs from the base
+            a, t_a = _timed(_base_answer, p)                      # once per image, not per setting
+            truth = _TruthScorer(g, n, tolerance, ignore_index).rebase(to_numpy(a[0][0]))  # diffs
             for sub in groups.values():
-                s = tried[min(i for by_passes in sub.values() for i in by_passes.values())].for_classes(n)
+                s = tried[min(i for by_passes in sub.values()
+                              for i in by_passes.values())].for_classes(n)
                 (b_, M_, chunks, _), t_c = _timed(_candidates, e, p, a, prototypes, s, None, lv)
-                chunks, t_l = _timed(list, chunks)                          # the chunks are made as they are listed
-                for (alpha, vote, grey), by_passes in sub.items():         # once for every alpha and vote, all its passes in one run
-                    steps, t = _decisions((b_, M_, chunks, lv), alpha, vote, grey, max(by_passes)), t_a + t_c + t_l
+                chunks, t_l = _timed(list, chunks)                # made as they are listed
+                for (alpha, vote, grey), by_passes in sub.items():   # all passes in one run
+                    steps, t = (_decisions((b_, M_, chunks, lv), alpha, vote, grey, max(by_passes)),
+                                t_a + t_c + t_l)
                     if grey is not None: t += t_lv
-                    for k in range(1, max(by_passes) + 1):                  # labels after pass k, each timed from the start
+                    for k in range(1, max(by_passes) + 1):     # after pass k, timed from start
                         out, t_k = _timed(next, steps); t += t_k
                         if k not in by_passes: continue
                         j, st = by_passes[k], truth.stats(out[0]); secs[j] += t
@@ -102,10 +111,13 @@ def _score_settings(cache: list, gts: list, tried: list, prototypes: Prototypes,
 
 # %% ../nbs/06a_calibration.ipynb #2024e5a9
 def _choice_rule(objective: str, max_seconds) -> tuple:
-    "(the sort key of `objective`, `max_seconds` checked): how `best_setting` ranks the rows of a calibration table and which it may choose."
+    "(the sort key of `objective`, `max_seconds` checked): how `best_setting` ranks and filters."
     rank = OBJECTIVES.get(objective)
-    if rank is None: raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
-    if max_seconds is not None: max_seconds = as_float(max_seconds, 'max_seconds', 0, hint=" It is seconds of post-processing per image; None: no limit.")
+    if rank is None:
+        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}.")
+    if max_seconds is not None:
+        max_seconds = as_float(max_seconds, 'max_seconds', 0,
+                               hint=" It is seconds of post-processing per image; None: no limit.")
     return rank, max_seconds
 
 # %% ../nbs/06a_calibration.ipynb #cab1b04f
@@ -114,71 +126,93 @@ def _settings_of(row: dict) -> RefineSettings:
     return RefineSettings(**{f.name: row[f.name] for f in fields(RefineSettings)})
 
 # %% ../nbs/06a_calibration.ipynb #c0a1e5d2
-def _is_count(m) -> bool: return isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m > 0
+def _is_count(m) -> bool:
+    return isinstance(m, (int, np.integer)) and not isinstance(m, (bool, np.bool_)) and m > 0
 
 def _images_checked(table: list) -> int|None:
-    "On how many images the base answer (`table`'s first row) was measured (None: no row says, as in tables without `images`), after checking each row's count: a whole number from 1 to that."
+    "On how many images the base row was measured (None: unsaid), each row's `images` checked."
     if not any('images' in r for r in table): return None
     n = table[0].get('images')
-    bad = [r.get('images') for r in table if not (_is_count(n) and _is_count(r.get('images')) and r['images'] <= n)]
-    if bad: raise ValueError(f"table's rows must each say on how many images they were measured (`images`): a whole number from 1 to the "
-                             f"first row's (the base answer, measured on every image), as calibrate(...)['table'] gives them; got {bad[0]!r}.")
+    bad = [r.get('images') for r in table
+           if not (_is_count(n) and _is_count(r.get('images')) and r['images'] <= n)]
+    if bad: raise ValueError(f"table's rows must each say on how many images they were measured "
+                             f"(`images`): a whole number from 1 to the first row's (the base "
+                             f"answer, measured on every image), as calibrate(...)['table'] gives "
+                             f"them; got {bad[0]!r}.")
     return n
 
 # %% ../nbs/06a_calibration.ipynb #3cec1bef
-def best_setting(table: list,                   # calibrate's table: one row per setting (its fields, boundary_f1, miou, seconds, images), the base answer first
-                 objective: str = 'mean',       # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
-                 max_seconds: float|None = None # the most post-processing time per image a chosen setting may take (None: any)
-                ) -> dict:
-    "The choice `calibrate` makes from its `table`: the row `objective` ranks highest among the base answer and the settings measured on as many images as it (`images`; every row where the table does not say) that took at most `max_seconds` (the first of equals, so the base unless a setting beats it), as `calibrate` returns it."
+def best_setting(table: list,               # calibrate's table: settings and scores, base first
+                 objective: str = 'mean',   # 'mean' of boundary F and mIoU, 'boundary_f1', 'miou'
+                 max_seconds: float|None = None) -> dict: # most seconds per image (None: any)
+    "The row of `table` that `objective` ranks highest, within `max_seconds`, as `calibrate` does."
     rank, max_seconds = _choice_rule(objective, max_seconds)
     need = [f.name for f in fields(RefineSettings)] + ['boundary_f1', 'miou', 'seconds']
-    if not isinstance(table, (list, tuple)) or not table or not all(isinstance(r, dict) for r in table):
-        raise ValueError(f"table must be a calibration table, a list of rows (dicts), the base answer first, as calibrate(...)['table'] "
-                         f"gives it, got {type(table).__name__} {table!r:.80}.")
+    if not isinstance(table, (list, tuple)) or not table or not all(isinstance(r, dict)
+                                                                     for r in table):
+        raise ValueError(f"table must be a calibration table, a list of rows (dicts), the base "
+                         f"answer first, as calibrate(...)['table'] gives it, got "
+                         f"{type(table).__name__} {table!r:.80}.")
     lacking = next((sorted(set(need) - set(r)) for r in table if set(need) - set(r)), None)
-    if lacking: raise ValueError(f"table's rows must hold {', '.join(need)}, as calibrate(...)['table'] gives them; a row lacks {', '.join(lacking)}.")
-    if table[0]['top_n'] != 1: raise ValueError(f"table's first row must be the base answer (top_n=1), which is always allowed, as in "
-                                                f"calibrate(...)['table'], got top_n={table[0]['top_n']!r}: keep the first row when choosing among some rows.")
-    n_all = _images_checked(table)                                       # rows measured on fewer images are never chosen
-    fits = [r for r in table[1:] if r.get('images') == n_all and (max_seconds is None or r['seconds'] <= max_seconds)]
+    if lacking: raise ValueError(f"table's rows must hold {', '.join(need)}, as "
+                                 f"calibrate(...)['table'] gives them; a row lacks "
+                                 f"{', '.join(lacking)}.")
+    if table[0]['top_n'] != 1:
+        raise ValueError(f"table's first row must be the base answer (top_n=1), which is always "
+                         f"allowed, as in calibrate(...)['table'], got "
+                         f"top_n={table[0]['top_n']!r}: keep the first row when choosing among "
+                         f"some rows.")
+    n_all = _images_checked(table)                     # rows on fewer images are never chosen
+    fits = [r for r in table[1:]
+            if r.get('images') == n_all and (max_seconds is None or r['seconds'] <= max_seconds)]
     best = max(table[:1] + fits, key=lambda r: rank(r['boundary_f1'], r['miou']))
-    return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'], miou=best['miou'], seconds=best['seconds'],
+    return dict(settings=_settings_of(best), boundary_f1=best['boundary_f1'], miou=best['miou'],
+                seconds=best['seconds'],
                 base_boundary_f1=table[0]['boundary_f1'], base_miou=table[0]['miou'], table=table)
 
 # %% ../nbs/06a_calibration.ipynb #a7c8d9e0
 SEARCHES, MIN_FINALISTS = ('staged', 'exhaustive'), 16
 
 def _search_rule(search: str, screen_every, finalists) -> tuple:
-    "(the screen's step, the finalists' share), checked: every image and every setting for an exhaustive `search`."
-    if search not in SEARCHES: raise ValueError(f"search must be one of {', '.join(map(repr, SEARCHES))}, got {search!r}.")
-    every = as_int(screen_every, 'screen_every', 1, hint=" The staged search scores every setting on every screen_every-th image.")
-    share = as_float(finalists, 'finalists', 0, 1, hint=" It is the share of the settings scored on every image.")
+    "(the screen's step, the finalists' share), checked; (1, 1.) for an exhaustive `search`."
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(map(repr, SEARCHES))}, got {search!r}.")
+    every = as_int(screen_every, 'screen_every', 1,
+                   hint=" The staged search scores every setting on every screen_every-th image.")
+    share = as_float(finalists, 'finalists', 0, 1,
+                     hint=" It is the share of the settings scored on every image.")
     return (1, 1.) if search == 'exhaustive' else (every, share)
 
 # %% ../nbs/06a_calibration.ipynb #b1c2d3e4
-def _finalists(sums: list, secs: list, n_images: int, rank, max_seconds, share: float, n_classes: int,
-               ignore_index) -> list:
-    "The rows to score on every image after the screen, in table order: the base (0) and the best `share` of the others (at least `MIN_FINALISTS`) by `rank` of their statistics `sums` on the `n_images` of the screen, among those whose time there (`secs`, summed) fits `max_seconds`."
+def _finalists(sums: list, secs: list, n_images: int, rank, max_seconds, share: float,
+               n_classes: int, ignore_index) -> list:
+    "Rows to score on every image: the base (0) and the best `share` (at least `MIN_FINALISTS`)."
     key = lambda i: rank(*_bf_miou_of(sums[i], n_classes, ignore_index))
-    fits = [i for i in range(1, len(sums)) if max_seconds is None or secs[i] / n_images <= max_seconds]
-    return [0] + sorted(sorted(fits, key=key, reverse=True)[:max(MIN_FINALISTS, math.ceil(share * (len(sums) - 1)))])
+    fits = [i for i in range(1, len(sums))
+            if max_seconds is None or secs[i] / n_images <= max_seconds]
+    return [0] + sorted(sorted(fits, key=key, reverse=True)
+                        [:max(MIN_FINALISTS, math.ceil(share * (len(sums) - 1)))])
 
 # %% ../nbs/06a_calibration.ipynb #c5d6e7f8
-def _total(stats: list) -> dict: return functools.reduce(_add_stats, stats, None)   # in image order: the same floating-point sums
+def _total(stats: list) -> dict: return functools.reduce(_add_stats, stats, None)  # image order
 
-def _search(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int, ignore_index, every: int, share: float,
-            rank, max_seconds, progress: bool) -> tuple:
-    "(statistics, seconds per image, images measured on) of each setting in `tried`: all of them on every `every`-th image (the screen), then the finalists (`_finalists`) on the other images too."
-    N = len(cache); screen, rest = [i for i in range(N) if i % every == 0], [i for i in range(N) if i % every]
+def _search(cache: list, gts: list, tried: list, prototypes: Prototypes, tolerance: int,
+            ignore_index, every: int, share: float, rank, max_seconds, progress: bool) -> tuple:
+    "(statistics, seconds per image, images measured on) per setting: a screen, then finalists."
+    N = len(cache)
+    screen, rest = [i for i in range(N) if i % every == 0], [i for i in range(N) if i % every]
     on = lambda ix: ([cache[i] for i in ix], [gts[i] for i in ix])
-    say = lambda k, ix: (f'{k} settings on {len(ix)} images' + (f' of {N}' if len(ix) < N else '')) if progress else None
-    score = lambda ix, rows, **kw: _score_settings(*on(ix), rows, prototypes, tolerance, ignore_index, say(len(rows), ix), **kw)
+    say = lambda k, ix: ((f'{k} settings on {len(ix)} images' + (f' of {N}' if len(ix) < N else ''))
+                         if progress else None)
+    score = lambda ix, rows, **kw: _score_settings(*on(ix), rows, prototypes, tolerance,
+                                                   ignore_index, say(len(rows), ix), **kw)
     if not rest:
         sums, secs = score(screen, tried)
         return sums, [t / N for t in secs], [N] * len(tried)
-    (per, secs), images, n = score(screen, tried, each=True), [len(screen)] * len(tried), prototypes.n_classes
-    final = _finalists([_total(p) for p in per], secs, len(screen), rank, max_seconds, share, n, ignore_index)
+    (per, secs), images, n = (score(screen, tried, each=True), [len(screen)] * len(tried),
+                              prototypes.n_classes)
+    final = _finalists([_total(p) for p in per], secs, len(screen), rank, max_seconds, share, n,
+                       ignore_index)
     more = score(rest, [tried[i] for i in final], each=True)
     for i, m, t in zip(final, *more):
         by_image = dict(zip(screen, per[i])) | dict(zip(rest, m))
@@ -190,17 +224,18 @@ def _check_grids(**grids):
     "Refuse a grid of settings to try that is not a non-empty sequence, naming it."
     for k, g in grids.items():
         if isinstance(g, (str, bytes)) or not isinstance(g, (list, tuple, range, np.ndarray)):
-            raise TypeError(f"{k} must be a list of values to try, got {g!r} ({type(g).__name__}): e.g. {k}=[{g!r}].")
+            raise TypeError(f"{k} must be a list of values to try, got {g!r} ({type(g).__name__}): "
+                            f"e.g. {k}=[{g!r}].")
         if not len(g): raise ValueError(f"{k} is empty: give at least one value to try.")
 
 # %% ../nbs/06a_calibration.ipynb #dda1d99a
 def calibrate(embedder,                       # the embedder (or Learner)
               prototypes: Prototypes,         # its prototypes
-              images,                         # validation images: a list or a batch, as `refine_predict` takes them
+              images,                         # validation images: a list or a batch
               probs,                          # their base scores (list/batch), or the base model
               gts,                            # ground-truth label maps (H,W) per image
               *,                              # the rest by name only
-              radii=(4, 6, 8, 10, 14, 18),    # band radii to try (the default grid is the benchmarks')
+              radii=(4, 6, 8, 10, 14, 18),    # band radii to try (the benchmarks' grid)
               top_ns=(2, 3),                  # candidate counts to try
               taus=(None, 0.9, 0.7),          # gates to try (None: no gate)
               alphas=(0., 0.1, 0.3),          # base weights to try (0: nearest prototype only)
@@ -209,43 +244,47 @@ def calibrate(embedder,                       # the embedder (or Learner)
               passes=(1, 2),                  # passes of a grey-weighted vote to try
               tolerance: int = 3,             # boundary F-score tolerance in pixels
               ignore_index: int|None = None,  # void label in `gts`
-              objective: str = 'mean',        # 'mean' of boundary F and mIoU; 'boundary_f1' or 'miou' first, the other breaking ties
-              max_seconds: float|None = None, # the most post-processing time per image a chosen setting may take, as timed here (None: any)
-              search: str = 'staged',         # 'staged': every setting on a screen of the images, the best on all; 'exhaustive': every setting on all
-              screen_every: int = 10,         # staged: the screen is every `screen_every`-th image, the first included
-              finalists: float = 0.03,        # staged: the share of the settings, best on the screen, then scored on every image
-              progress: bool = True) -> dict: # progress bars, with the time left, for the embedder's pass and each stage of the search
-    "The `RefineSettings` that maximise `objective` on validation data (never worse than the base; with `max_seconds`, among those that fit it), its scores and seconds, and the table of all (`best_setting`), each row saying on how many images it was measured."
+              objective: str = 'mean',        # 'mean' of boundary F and mIoU, 'boundary_f1', 'miou'
+              max_seconds: float|None = None, # most seconds per image a choice may take (None: any)
+              search: str = 'staged',         # 'staged' (screen, best on all) or 'exhaustive'
+              screen_every: int = 10,         # staged: screen every `screen_every`-th image
+              finalists: float = 0.03,        # staged: share of settings then scored on all
+              progress: bool = True) -> dict: # progress bars, with the time left
+    "The `RefineSettings` that maximise `objective` on validation data, their scores, all rows."
     rank, limit = _choice_rule(objective, max_seconds)                   # checked before any work
     every, share = _search_rule(search, screen_every, finalists)
     _check_grids(radii=radii, top_ns=top_ns, taus=taus, alphas=alphas, votes=votes, greys=greys)
     model = _model_of(embedder)
-    with _evaluating(model):                                             # in eval mode; its own mode back after
-        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, any(g is not None for g in greys))
+    with _evaluating(model):                                   # in eval mode, its own mode after
+        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress,
+                                          any(g is not None for g in greys))
     n = prototypes.n_classes
     for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
-    tried = [RefineSettings(top_n=1)] + [RefineSettings(k, r, t, a, v, gr, ps) for r, k, t, a, v, gr in
-                                         itertools.product(radii, top_ns, taus, alphas, votes, greys) if k <= n and (v or gr is None)
-                                         for ps in (passes if gr is not None else (RefineSettings.passes,))]   # passes: only with grey
-    sums, secs, seen = _search(cache, gts_, tried, prototypes, tolerance, ignore_index, every, share, rank, limit,
-                               progress)
-    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))), seconds=t, images=m)
-            for s, st, t, m in zip(tried, sums, secs, seen)]
+    tried = [RefineSettings(top_n=1)] + [
+        RefineSettings(k, r, t, a, v, gr, ps)
+        for r, k, t, a, v, gr in itertools.product(radii, top_ns, taus, alphas, votes, greys)
+        if k <= n and (v or gr is None)
+        for ps in (passes if gr is not None else (RefineSettings.passes,))]   # passes: grey only
+    sums, secs, seen = _search(cache, gts_, tried, prototypes, tolerance, ignore_index, every,
+                               share, rank, limit, progress)
+    rows = [dict(asdict(s), **dict(zip(('boundary_f1', 'miou'), _bf_miou_of(st, n, ignore_index))),
+                 seconds=t, images=m) for s, st, t, m in zip(tried, sums, secs, seen)]
     return best_setting(rows, objective, max_seconds)
 
 # %% ../nbs/06a_calibration.ipynb #2d3d19ff
-def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, top_n: int, ignore_index,
-                   max_pixels: int, seed: int) -> tuple:
-    "The band pixels `fit_prototypes` fits on: those of the base arg-max's band at `radius` whose truth is among their `top_n` candidates, is not `ignore_index` and has a prototype; at most `max_pixels` of them, drawn at random (seeded by `seed`, reproducibly). Their (embeddings (K,C), candidates (K,N), the candidates' log-probabilities (K,N), the truth's place among them (K,)), or None when there is none; and how many (band pixels, band pixels whose truth is a candidate, those eligible, void band pixels) there were."
+def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, top_n: int,
+                   ignore_index, max_pixels: int, seed: int) -> tuple:
+    "(embeddings, candidates, log-probabilities, truth's place) of band pixels to fit on; counts."
     gen, have, keys, seen = torch.Generator().manual_seed(seed), None, torch.zeros(0), [0, 0, 0, 0]
     for (e, p, *_), g in zip(cache, gts):
         (_, M, H, W), dev = p.shape, p.device
         if tuple(g.shape) != (H, W):
-            raise ValueError(f"gts must be label maps of their images' size: got a ground truth of shape "
-                             f"{tuple(g.shape)} for an image of {H}x{W}; pass the label maps at the images' size.")
+            raise ValueError(f"gts must be label maps of their images' size: got a ground truth "
+                             f"of shape {tuple(g.shape)} for an image of {H}x{W}; pass the label "
+                             f"maps at the images' size.")
         base, top1, is_p = _base_answer(p)
-        lin = _band_pixels(base, top1, is_p, RefineSettings(top_n=top_n, radius=radius))  # relabel's band, no gate
-        q = p.transpose(0, 1).reshape(M, -1).gather(1, lin.expand(M, -1))  # (M,K): the band pixels' scores
+        lin = _band_pixels(base, top1, is_p, RefineSettings(top_n=top_n, radius=radius))  # no gate
+        q = p.transpose(0, 1).reshape(M, -1).gather(1, lin.expand(M, -1))  # (M,K): band scores
         if not is_p: q = q.softmax(0)
         top_p, cand = _top_n(q, top_n)                                     # (K,N), best first
         truth = torch.from_numpy(np.ascontiguousarray(g).reshape(-1).astype(np.int64)).to(dev)[lin]
@@ -254,8 +293,8 @@ def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, 
         void = truth == ignore_index if ignore_index is not None else torch.zeros_like(among)
         ok = among & ~void & prototypes.present.to(dev)[truth.clamp(0, M - 1)]
         for i, n in enumerate((len(lin), among.sum(), ok.sum(), void.sum())): seen[i] += int(n)
-        k = _true_at(ok.cpu()); r = torch.rand(len(k), generator=gen)   # a random key per eligible pixel
-        if len(keys) >= max_pixels: j = _true_at(r < keys.max()); k, r = k[j], r[j]   # full: smaller keys only
+        k = _true_at(ok.cpu()); r = torch.rand(len(k), generator=gen)   # random key per pixel
+        if len(keys) >= max_pixels: j = _true_at(r < keys.max()); k, r = k[j], r[j]   # smaller only
         j = r.argsort(stable=True)[:max_pixels]; k, r = k[j].to(dev), r[j]
         if not len(k): continue
         new = (_sample(e, _pixels(lin[k], 1, H, W), (H, W)).t().float(), cand[k],
@@ -263,28 +302,28 @@ def _choice_pixels(cache: list, gts: list, prototypes: Prototypes, radius: int, 
         have = new if have is None else [torch.cat([a, b.to(a.device)]) for a, b in zip(have, new)]
         keys = torch.cat([keys, r])
         if len(keys) > max_pixels:                                         # the smallest keys stay
-            j = keys.argsort(stable=True)[:max_pixels]; keys = keys[j]; have = [t[j.to(t.device)] for t in have]
-    return (None if have is None else [t.clone() for t in have]), seen   # clones: tensors autograd may keep
-
+            j = keys.argsort(stable=True)[:max_pixels]; keys = keys[j]
+            have = [t[j.to(t.device)] for t in have]
+    return (None if have is None else [t.clone() for t in have]), seen   # autograd may keep them
 
 # %% ../nbs/06a_calibration.ipynb #9a257785
 def _short_distances(P, e, cand) -> torch.Tensor:
-    "`|e − P_c|² − |e|²` (K,N) for the candidates `cand` (K,N) of pixels of embeddings `e` (K,C): what the choice compares."
+    "`|e − P_c|² − |e|²` (K,N) for candidates `cand` (K,N) of embeddings `e` (K,C)."
     return (P * P).sum(1)[cand] - 2 * (e @ P.t()).gather(1, cand)
 
 def _choice_scores(P, s, a, e, cand, lp, allowed) -> torch.Tensor:
-    "Scores (K,N) of the choice among the candidates `cand` (K,N) of pixels of embeddings `e` (K,C): `−s·|e − P_c|² + a·log p_c`, short of `s·|e|²`, which every candidate shares; −inf where not `allowed` (a class without a prototype). Its arg-max is `relabel`'s choice with the prototypes `P` and `alpha` = a/s."
+    "The choice's scores `a·log p_c − s·|e − P_c|²` (less `s·|e|²`), −inf where not `allowed`."
     return (a * lp - s * _short_distances(P, e, cand)).masked_fill(~allowed, float('-inf'))
 
 def _fit_choice(V, present, e, cand, lp, y, alpha: float, max_iter: int) -> tuple:
-    "(prototypes P (L,C), s, a) that minimise the cross-entropy of choosing the truth's place `y` among `cand`, by L-BFGS from the class means `V` and the rule of base weight `alpha` (s = exp(t) > 0, a = softplus(u) ≥ 0); rows of classes never allowed among the candidates stay as in `V`."
+    "(P, s, a) minimising the cross-entropy of choosing `y` in `cand`, by L-BFGS from `V`, `alpha`."
     allowed = present.to(cand.device)[cand]
-    d0 = _short_distances(V, e, cand)                                  # the class means' distances set the start's scale
+    d0 = _short_distances(V, e, cand)                 # the class means' distances set the scale
     gap = (d0[:, 1:] - d0[:, :1]).abs()[allowed[:, 1:] & allowed[:, :1]]
     s0 = 1 / max(float(gap.mean()) if len(gap) else 1., 1e-6); a0 = max(s0 * alpha, 1e-6)
-    P = V.clone().requires_grad_(True)
+    P = V.clone().requires_grad_(True)   # the start: V, s0 = exp(t), a0 = softplus(u)
     t = torch.tensor(math.log(s0), device=V.device, requires_grad=True)
-    u = torch.tensor(a0 + math.log(-math.expm1(-a0)), device=V.device, requires_grad=True)   # softplus(u) = a0
+    u = torch.tensor(a0 + math.log(-math.expm1(-a0)), device=V.device, requires_grad=True)
     opt = torch.optim.LBFGS([P, t, u], max_iter=max_iter, line_search_fn='strong_wolfe')
     def closure():
         opt.zero_grad()
@@ -295,59 +334,66 @@ def _fit_choice(V, present, e, cand, lp, y, alpha: float, max_iter: int) -> tupl
     moved = torch.zeros(len(V), dtype=torch.bool, device=V.device); moved[cand[allowed]] = True
     P = torch.where(moved[:, None], P.detach(), V)
     if not (torch.isfinite(P).all() and math.isfinite(s) and math.isfinite(a) and s > 0):
-        raise ValueError(f"fit_prototypes diverged (scale {s:g}, base weight {a:g}): pass a smaller max_iter (got "
-                         f"{max_iter}) or more validation images.")
+        raise ValueError(f"fit_prototypes diverged (scale {s:g}, base weight {a:g}): pass a "
+                         f"smaller max_iter (got {max_iter}) or more validation images.")
     return P, s, a
-
 
 # %% ../nbs/06a_calibration.ipynb #985dc317
 def fit_prototypes(embedder,                      # the embedder (or Learner)
-                   prototypes: Prototypes,        # its prototypes (the class means `extract_prototypes` gives): the start
-                   images,                        # validation images: a list or a batch, as `calibrate` takes them
-                   probs,                         # their base scores (list/batch), or the base model
+                   prototypes: Prototypes,        # its prototypes: the start of the fit
+                   images,                        # validation images: a list or a batch
+                   probs,                         # their base scores, or the base model
                    gts,                           # ground-truth label maps (H,W) per image
                    *,                             # the rest by name only
                    ignore_index: int|None = None, # void label in `gts`
-                   radius: int = 18,              # half-width of the band around the base arg-max's boundaries
+                   radius: int = 18,              # half-width of the band
                    top_n: int = 3,                # candidate classes per pixel, at least 2
-                   alpha: float = 0.1,            # the base weight to start from: with the class means, the rule "before"
-                   max_pixels: int = 200_000,     # the most band pixels to fit on, drawn at random from those eligible
-                   seed: int = 0,                 # seed of that draw: the same seed, the same pixels and fit
+                   alpha: float = 0.1,            # the base weight to start from
+                   max_pixels: int = 200_000,     # most band pixels to fit on, drawn at random
+                   seed: int = 0,                 # seed of that draw
                    max_iter: int = 200,           # L-BFGS iterations
-                   progress: bool = True,         # a progress bar, with the time left, for the embedder's pass
-                   report: bool = False           # also return a dict: the pixels, the truth's share chosen before/after
-                  ) -> tuple:
-    "(`Prototypes` fitted to `relabel`'s choice on validation data, the base weight `alpha` to use with them): the vectors that, with that weight, pick the truth among the base's top-`top_n` candidates of band pixels most often (in cross-entropy); every other field as in `prototypes`."
-    radius = as_int(radius, 'radius', 0, SETTING_LIMITS['radius'], " It is the band's half-width in pixels, like 18.")
-    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)          # a TypeError naming it
+                   progress: bool = True,         # a progress bar for the embedder's pass
+                   report: bool = False) -> tuple: # also return a dict on the pixels and the fit
+    "(`prototypes` with vectors fitted to `relabel`'s choice on validation data, their `alpha`)."
+    radius = as_int(radius, 'radius', 0, SETTING_LIMITS['radius'],
+                    " It is the band's half-width in pixels, like 18.")
+    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)   # a TypeError
     n = prototypes.n_classes
-    top_n = as_int(top_n, 'top_n', 2, n, f" The fit needs 2 or more candidates among the {n} classes to choose from.")
-    alpha = as_float(alpha, 'alpha', 0, SETTING_LIMITS['alpha'], " alpha weighs the base log-probability; 0.1 to 1 are usual.")
-    max_pixels, seed = as_int(max_pixels, 'max_pixels', 1, hint=" like 200_000."), as_int(seed, 'seed')
+    top_n = as_int(top_n, 'top_n', 2, n,
+                   f" The fit needs 2 or more candidates among the {n} classes to choose from.")
+    alpha = as_float(alpha, 'alpha', 0, SETTING_LIMITS['alpha'],
+                     " alpha weighs the base log-probability; 0.1 to 1 are usual.")
+    max_pixels, seed = (as_int(max_pixels, 'max_pixels', 1, hint=" like 200_000."),
+                        as_int(seed, 'seed'))
     max_iter = as_int(max_iter, 'max_iter', 1, hint=" It counts L-BFGS iterations, like 200.")
     model = _model_of(embedder)
-    with _evaluating(model):                                             # in eval mode; its own mode back after
-        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress, who='fit_prototypes')
+    with _evaluating(model):                                   # in eval mode, its own mode after
+        cache, gts_ = _calibration_inputs(model, prototypes, images, probs, gts, progress,
+                                          who='fit_prototypes')
     for e, p, *_ in cache: _check_protos(prototypes, p.shape[1], e.shape[1])
-    rows, (band, among, eligible, void) = _choice_pixels(cache, gts_, prototypes, radius, top_n, ignore_index,
-                                                         max_pixels, seed)
+    rows, (band, among, eligible, void) = _choice_pixels(cache, gts_, prototypes, radius, top_n,
+                                                         ignore_index, max_pixels, seed)
     if rows is None:
         voids = f" ({void} of them void, ignore_index={ignore_index})" if void else ""
         why = (f"the base answer has no boundary in any of the {len(cache)} images" if not band else
-               f"none of the {band} band pixels has its truth (`gts`) among the base's top-{top_n} classes{voids}"
-               if not among else f"the {among} band pixels whose truth is among the base's top-{top_n} classes are all "
-               f"void (ignore_index={ignore_index}) or of classes without a prototype (counts 0)")
-        raise ValueError(f"fit_prototypes found no band pixel to fit on: {why}. Pass validation images whose base answer "
-                         "has boundaries, with their ground truths (`gts`); a larger `radius` or `top_n` takes in more.")
+               f"none of the {band} band pixels has its truth (`gts`) among the base's "
+               f"top-{top_n} classes{voids}" if not among else f"the {among} band pixels whose "
+               f"truth is among the base's top-{top_n} classes are all void "
+               f"(ignore_index={ignore_index}) or of classes without a prototype (counts 0)")
+        raise ValueError(f"fit_prototypes found no band pixel to fit on: {why}. Pass validation "
+                         "images whose base answer has boundaries, with their ground truths "
+                         "(`gts`); a larger `radius` or `top_n` takes in more.")
     e, cand, lp, y = rows
     V, present = prototypes.vectors.to(e.device, torch.float32), prototypes.present.to(e.device)
     P, s, a = _fit_choice(V, present, e, cand, lp, y, alpha, max_iter)
-    fitted = Prototypes(P.to(prototypes.vectors.device), prototypes.counts, prototypes.names, prototypes.train_radius,
-                        prototypes.mean, prototypes.std, prototypes.ignore_index, prototypes.fingerprint)
+    fitted = Prototypes(P.to(prototypes.vectors.device), prototypes.counts, prototypes.names,
+                        prototypes.train_radius, prototypes.mean, prototypes.std,
+                        prototypes.ignore_index, prototypes.fingerprint)
     new_alpha = min(a / s, SETTING_LIMITS['alpha'])
     if not report: return fitted, new_alpha
-    with torch.no_grad():                                                # the share of the truth chosen, as relabel does
-        right = lambda P, al: float((_choice_scores(P, 1., al, e, cand, lp, present[cand]).argmax(1) == y).float().mean())
-        return fitted, new_alpha, dict(alpha=new_alpha, pixels=len(y), eligible=eligible, band_pixels=band,
-                                       accuracy_before=right(V, alpha), accuracy_after=right(P, new_alpha))
-
+    with torch.no_grad():                                   # the share of the truth chosen
+        right = lambda P, al: float((_choice_scores(P, 1., al, e, cand, lp, present[cand]).argmax(1)
+                                     == y).float().mean())
+        return fitted, new_alpha, dict(alpha=new_alpha, pixels=len(y), eligible=eligible,
+                                       band_pixels=band, accuracy_before=right(V, alpha),
+                                       accuracy_after=right(P, new_alpha))

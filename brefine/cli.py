@@ -11,7 +11,8 @@ from fastai.torch_core import rank_distrib
 from .core import as_float, as_int, atomic_write, default_device, _model_of
 from .processes import _say, _CheckedByAll, _processes, _share, _total
 from .checkpoints import load_checkpoint
-from .training import train_embedder, prototypes_from_checkpoint, _check_base_options, TrainConfig, _resumed_config
+from .training import (train_embedder, prototypes_from_checkpoint, _check_base_options,
+                              TrainConfig, _resumed_config)
 from .refine import RefineSettings
 from .calibration import OBJECTIVES, SEARCHES
 from .evaluation import FIGURES, evaluate as _evaluate
@@ -27,32 +28,38 @@ __all__ = ['COMMANDS', 'USER_ERRORS', 'train', 'prototypes', 'refine', 'evaluate
 
 # %% ../nbs/08_cli.ipynb #8118edeb
 def _codes(data: Path, codes, n_classes):
-    "The class names: the lines of the file `codes`, else of DATA/codes.txt, else `0..n_classes-1`; refused when none, repeated, or not `n_classes`."
+    "The class names: of the file `codes`, DATA/codes.txt or `0..n_classes-1`, checked."
     src = Path(codes) if codes else data/'codes.txt' if (data/'codes.txt').exists() else None
     if src is None:
-        if n_classes is None: raise ValueError(f"No class list: pass --codes FILE (one name per line), --n_classes N, or put codes.txt in {data}.")
+        if n_classes is None: raise ValueError(f"No class list: pass --codes FILE (one name per "
+                                               f"line), --n_classes N, or put codes.txt in {data}.")
         return [str(i) for i in range(as_int(n_classes, '--n_classes', 1))]
     try: names = [l.strip() for l in src.read_text().splitlines() if l.strip()]
-    except UnicodeDecodeError: raise ValueError(f"codes file {src} is not text: write one class name per line.") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"codes file {src} is not text: write one class name per line.") from None
     twice = next((n for n in names if names.count(n) > 1), None)
     if not names or twice is not None:
-        raise ValueError(f"codes file {src} " + (f"names {twice!r} twice" if names else "holds no class names") + ": write one class name per line, each once.")
+        raise ValueError(f"codes file {src} "
+                         + (f"names {twice!r} twice" if names else "holds no class names")
+                         + ": write one class name per line, each once.")
     if n_classes is not None and as_int(n_classes, '--n_classes', 1) != len(names):
-        raise ValueError(f"--n_classes {n_classes}, but the codes file {src} names {len(names)} classes: drop --n_classes, or fix the file.")
+        raise ValueError(f"--n_classes {n_classes}, but the codes file {src} names {len(names)} "
+                         f"classes: drop --n_classes, or fix the file.")
     return names
 
 # %% ../nbs/08_cli.ipynb #cc5e2ca6
 def _ints(**opts):
-    "Check whole-number options given as `name=(value, least)` with `as_int`, each error naming `--name`; None is an unset option."
+    "Check whole-number options `name=(value, least)` with `as_int`, naming `--name`; None: unset."
     for k, (v, lo) in opts.items():
         if v is not None: as_int(v, f'--{k}', lo)
 
 # %% ../nbs/08_cli.ipynb #eba18c67
 def _train_outcome(data, out, model_options: str = '') -> str:
-    "What `brefine train` says at the end of a run: the file written, or how far it got and the command that continues it (with `model_options`, `_BaseModelOptions.options`)."
+    "What `brefine train` says at the end: the file written, or the command that continues the run."
     ck = load_checkpoint(out)
     if ck['epoch'] >= ck['n_epochs']: return f"wrote {out}"
-    return (f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train {data} --out {out} --resume"
+    return (f"stopped after epoch {ck['epoch']} of {ck['n_epochs']}: continue with `brefine train "
+            f"{data} --out {out} --resume"
             f"{model_options}` (it restores every option)")
 
 # %% ../nbs/08_cli.ipynb #4b89585b
@@ -89,19 +96,28 @@ def train(data: str,                  # folder with train/ trainannot/ val/ vala
     data, out = Path(data), Path(out)
     if not data.is_dir(): raise FileNotFoundError(f"Data folder not found: {data}")
     _ints(void=(void, 0)); base_opts = _BaseModelOptions(learner, model, weights)
-    given = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius, margin=margin, workers=workers, seed=seed,
-                                       stop_after=stop_after, bf16=bf16 or None, backbone=backbone, emb_dim=emb_dim,
-                                       pretrained=pretrained or None, init_from=init_from, train_blocks=train_blocks, fusion=fusion,
-                                       feature_views=feature_views, low=low, high=high), build=False)   # only those given: resume checks them
+    given = _checked(TrainConfig, dict(epochs=epochs, lr=lr, bs=bs, size=size, radius=radius,
+                                       margin=margin, workers=workers, seed=seed,
+                                       stop_after=stop_after, bf16=bf16 or None, backbone=backbone,
+                                       emb_dim=emb_dim,
+                                       pretrained=pretrained or None, init_from=init_from,
+                                       train_blocks=train_blocks, fusion=fusion,
+                                       feature_views=feature_views, low=low, high=high),
+                     build=False)   # only those given: resume checks them
     if resume:
-        if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. Drop --resume to start a new run.")
+        if not out.exists(): raise FileNotFoundError(f"Nothing to resume: {out} does not exist. "
+                                                     f"Drop --resume to start a new run.")
         ck = load_checkpoint(out)
         _resumed_config(ck, out, given, lambda k: '--' + k)
-        if ck['epoch'] >= ck['n_epochs']: _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
-    else: ck = None; _check_out(out, force, [init_from, *base_opts.files, codes, data/'codes.txt', *_data_files(data)])
-    _check_base_options(ck, out, bool(base_opts), TrainConfig(**given).base_options(), base_opts.flag, lambda k: '--' + k)
-    names = _codes(data, codes, n_classes) if not resume or codes or n_classes is not None else None   # on resume: the run's own
-    base = base_opts.load()                                           # last: every check that does not need it has passed
+        if ck['epoch'] >= ck['n_epochs']:
+            _say(f"{out} already holds all {ck['n_epochs']} epochs: nothing to do."); return out
+    else: ck = None; _check_out(out, force, [init_from, *base_opts.files, codes, data/'codes.txt',
+                                             *_data_files(data)])
+    _check_base_options(ck, out, bool(base_opts), TrainConfig(**given).base_options(), base_opts.flag,
+                        lambda k: '--' + k)
+    names = (_codes(data, codes, n_classes) if not resume or codes or n_classes is not None
+             else None)   # on resume: the run's own
+    base = base_opts.load()                                 # last: after every check that can go first
     train_embedder(data, out, names, void=void, base=base, resume=resume, **given)
     if rank_distrib() == 0: print(_train_outcome(data, out, base_opts.options))
     return out
@@ -120,11 +136,12 @@ def prototypes(checkpoint: str,       # embedder checkpoint from `brefine train`
     "Average the embedder's band features per class over a data split: a prototypes file."
     _ints(bs=(bs, 1), workers=(workers, 0))
     if not isinstance(split, str) or Path(split).name != split or split in ('', '.', '..'):
-        raise ValueError(f"--split must name a sub-folder of DATA, like train or val, got {split!r}.")
+        raise ValueError(f"--split must name a sub-folder of DATA, like train or val, "
+                         f"got {split!r}.")
     given = _BaseModelOptions(learner, model, weights)
     out = Path(out); _check_out(out, force, [checkpoint, *given.files, *_data_files(Path(data))])
     _check_base_options(load_checkpoint(checkpoint), checkpoint, bool(given), {}, given.flag)
-    base = given.load()                                               # last: every check that does not need it has passed
+    base = given.load()                                     # last: after every other check
     pr = prototypes_from_checkpoint(checkpoint, data, split, bs=bs, workers=workers, base=base)
     if rank_distrib() == 0: pr.save(out); print(f"wrote {out}: {pr}")
     return out
@@ -152,25 +169,32 @@ def refine(images: str,               # folder of images (or one image file)
            skip_existing: bool = False, # leave outputs that exist alone (continue an interrupted job)
            force: bool = False):      # overwrite existing outputs (never the inputs)
     "Refine a base model's predictions for a folder of images through a DataLoader; write label PNGs."
-    options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey, passes=passes)
-    with _processes() as (rank, world):                                 # alone, or one process of a torchrun launch
-        with _CheckedByAll() as checked:                                # all check before any writes; one refuses, all do
+    options = dict(top_n=top_n, radius=radius, tau=tau, alpha=alpha, vote=vote, grey=grey,
+                   passes=passes)
+    with _processes() as (rank, world):                     # alone, or one process of a torchrun
+        with _CheckedByAll() as checked:                    # all check before any writes
             _ints(bs=(bs, 1), workers=(workers, 0))
-            _checked(RefineSettings, dict(options, grey=grey or None), build=False, vote=1)   # each setting alone; with the bundle's: `_refiner`
+            _checked(RefineSettings, dict(options, grey=grey or None), build=False,
+                     vote=1)   # each setting alone; with the bundle's: `_refiner`
             given = _BaseModelOptions(learner, model, weights)
-            ref, base, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out), bundle, checkpoint, protos,
-                                                                 given, palette_from, options, force, skip_existing)
+            ref, base, files, sfs, dsts, todo, pal = _refine_job(Path(images), scores, Path(out),
+                                                                 bundle, checkpoint, protos,
+                                                                 given, palette_from, options,
+                                                                 force, skip_existing)
             checked.value = todo
         todo, out = checked.value, Path(out)                            # the first process's list
         mine = _share(todo, bs, rank, world)                            # whole batches of it
         _make_dir(out)
-        items = RefineItems([files[i] for i in mine], None if sfs is None else [sfs[i] for i in mine], ref.prototypes.n_classes)
-        dev = default_device()                                          # the base model runs there too, not only the embedder
-        n = _refine_all(ref.to(dev), items, [dsts[i] for i in mine], None if base is None else base.to(dev), pal, bs, workers,
+        items = RefineItems([files[i] for i in mine],
+                            None if sfs is None else [sfs[i] for i in mine], ref.prototypes.n_classes)
+        dev = default_device()                              # the base model runs there too
+        n = _refine_all(ref.to(dev), items, [dsts[i] for i in mine],
+                        None if base is None else base.to(dev), pal, bs, workers,
                         progress=rank == 0)
         n = _total(n)
     kept = f" ({len(dsts) - len(todo)} existing kept)" if len(todo) < len(dsts) else ''
-    if rank == 0: print(f"wrote {n} refined label maps to {out}{kept}" + (f" in {world} processes" if world > 1 else ''))
+    if rank == 0: print(f"wrote {n} refined label maps to {out}{kept}"
+                        + (f" in {world} processes" if world > 1 else ''))
     return out
 
 # %% ../nbs/08_cli.ipynb #9797addb
@@ -192,27 +216,33 @@ def evaluate(preds: str,              # folder of predicted label PNGs
              plots: str = None,       # write the figures into this folder (not one of the label folders): boundary_f1.png, trimap.png, errors.png
              force: bool = False):    # replace figures of those names in PLOTS
     "Score predictions against ground truth: mIoU, boundary IoU, boundary F, trimap IoU."
-    if n_classes is None: raise ValueError("Pass --n_classes N: the number of classes in the label maps.")
-    n_classes, tolerance = as_int(n_classes, '--n_classes', 1), as_float(tolerance, '--tolerance', 0)
+    if n_classes is None:
+        raise ValueError("Pass --n_classes N: the number of classes in the label maps.")
+    n_classes, tolerance = (as_int(n_classes, '--n_classes', 1),
+                            as_float(tolerance, '--tolerance', 0))
     _ints(void=(void, 0))
     dirs = {k: Path(p) for k, p in dict(preds=preds, gts=gts, base=base).items() if p is not None}
     for p in dirs.values():
-        if p.is_file(): raise NotADirectoryError(f"{p} is a file, not a folder: pass the folder of label PNGs.")
+        if p.is_file():
+            raise NotADirectoryError(f"{p} is a file, not a folder: pass the folder of label PNGs.")
         if not p.is_dir(): raise FileNotFoundError(f"Folder not found: {p}")
     if plots and Path(plots).resolve() in {p.resolve() for p in dirs.values()}:
-        raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a folder of their own.")
+        raise ValueError(f"--plots {plots} is one of the label folders: write the figures to a "
+                         f"folder of their own.")
     for name in FIGURES if plots else ():
         _check_out(Path(plots)/f'{name}.png', force, [*dirs.values()], '--plots')
     names = sorted(f.name for f in dirs['preds'].iterdir() if f.suffix.lower() == '.png')
     if not names: raise ValueError(f"No PNG predictions in {dirs['preds']}.")
     for k in [k for k in dirs if k != 'preds']:
         miss = [n for n in names if not (dirs[k]/n).exists()]
-        if miss: raise FileNotFoundError(f"{len(miss)} predictions have no {'ground truth' if k == 'gts' else 'base prediction'} "
+        if miss: raise FileNotFoundError(f"{len(miss)} predictions have no "
+                                         f"{'ground truth' if k == 'gts' else 'base prediction'} "
                                          f"in {dirs[k]}, e.g. {miss[0]}.")
     maps = {k: [_read_labels(d/n) for n in names] for k, d in dirs.items()}
     _check_maps(maps, dirs, names, n_classes, void)
     P, G, B = maps['preds'], maps['gts'], maps.get('base')
-    res = _evaluate(G, B if B is not None else P, P if B is not None else None, n_classes=n_classes, ignore_index=void,
+    res = _evaluate(G, B if B is not None else P, P if B is not None else None, n_classes=n_classes,
+                    ignore_index=void,
                     tolerance=tolerance, plot=bool(plots))
     print(res.table)
     if plots: _save_figures(res.figures, Path(plots))
@@ -236,26 +266,33 @@ def calibrate(images: str,               # folder of validation images (or one i
               force: bool = False):      # replace the bundle at OUT (never an input)
     "Choose the refinement settings on validation images and ground truth; write a bundle for `refine --bundle`."
     _ints(void=(void, 0))
-    if objective not in OBJECTIVES: raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}.")
-    if max_seconds is not None: as_float(max_seconds, '--max_seconds', 0, hint=" It is seconds of post-processing per image.")
-    if search not in SEARCHES: raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}.")
+    if objective not in OBJECTIVES: raise ValueError(f"--objective must be one of "
+                                                     f"{', '.join(OBJECTIVES)}, got {objective!r}.")
+    if max_seconds is not None:
+        as_float(max_seconds, '--max_seconds', 0,
+                 hint=" It is seconds of post-processing per image.")
+    if search not in SEARCHES:
+        raise ValueError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}.")
     given = _BaseModelOptions(learner, model, weights)
     files, sfs = _refine_inputs(Path(images), scores, given)
     gt_files, out = _ground_truth(Path(gts), files), Path(out)
     _check_scores_found(files, sfs, scores)
-    _check_out(out, force, [bundle, checkpoint, protos, *given.files, images, gts] + ([] if str(scores) == '-' else [scores]))
+    _check_out(out, force, [bundle, checkpoint, protos, *given.files, images, gts]
+               + ([] if str(scores) == '-' else [scores]))
     ref = _refiner(bundle, checkpoint, protos, later=bool(given))
-    base = given.load()                                                 # last: every check that does not need it has passed
+    base = given.load()                                       # last: after every other check
     if ref is None: ref = _refiner(bundle, checkpoint, protos, _model_of(base))
     items, n = RefineItems(files, sfs, ref.prototypes.n_classes), ref.prototypes.n_classes
     imgs, probs = zip(*(items[i][1:] for i in range(len(items))))
     labels = [_checked_labels(g, im, n, void) for g, im in zip(gt_files, imgs)]
     dev = default_device()
     base = None if base is None else _base_model(base, ref, bundle or checkpoint).to(dev)
-    res = ref.to(dev).calibrate(list(imgs), base if base is not None else list(probs), labels, ignore_index=void,
+    res = ref.to(dev).calibrate(list(imgs), base if base is not None else list(probs), labels,
+                                ignore_index=void,
                                 objective=objective, max_seconds=max_seconds, search=search)
     ref.save(out)
-    print(f"chose {res['settings']} on {len(files)} images: boundary F {res['base_boundary_f1']:.4f} -> {res['boundary_f1']:.4f}, "
+    print(f"chose {res['settings']} on {len(files)} images: boundary F "
+          f"{res['base_boundary_f1']:.4f} -> {res['boundary_f1']:.4f}, "
           f"mIoU {res['base_miou']:.4f} -> {res['miou']:.4f}\nwrote {out}")
     return res
 
@@ -270,34 +307,40 @@ def demo(out: str = 'demo_out',       # folder for the figure, data and bundle: 
 
 # %% ../nbs/08_cli.ipynb #3281d1ce
 def _user_message(e: BaseException) -> str:
-    "The message of the error `e`, without the traceback that a DataLoader worker process puts in front of it."
+    "The message of the error `e`, less the traceback a DataLoader worker puts in front of it."
     lines, head = str(e).splitlines(), type(e).__name__ + ': '
     if not any(l.startswith('Original Traceback') for l in lines): return str(e)
     start = max((i for i, l in enumerate(lines) if l.startswith(head)), default=len(lines) - 1)
     return '\n'.join(lines[start:]).removeprefix(head)
 
 # %% ../nbs/08_cli.ipynb #ffbe6b71
-COMMANDS = dict(train=train, prototypes=prototypes, calibrate=calibrate, refine=refine, evaluate=evaluate, demo=demo)
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError, OSError,
+COMMANDS = dict(train=train, prototypes=prototypes, calibrate=calibrate, refine=refine,
+                evaluate=evaluate, demo=demo)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, IsADirectoryError,
+               NotADirectoryError, PermissionError, OSError,
                FloatingPointError)   # a training run that diverged (StopOnNaN)
 
 def main(argv=None) -> int:
     "Entry point of the `brefine` command."
     argv = sys.argv[1:] if argv is None else list(argv)
-    usage = "usage: brefine {" + ",".join(COMMANDS) + "} [options]   (brefine COMMAND --help for its options)\n" + \
-            "\n".join(f"  {k:<11}{f.__doc__}" for k, f in COMMANDS.items())
+    usage = ("usage: brefine {" + ",".join(COMMANDS) + "} [options]   (brefine COMMAND --help for "
+             "its options)\n" + "\n".join(f"  {k:<11}{f.__doc__}" for k, f in COMMANDS.items()))
     if not argv or argv[0] in ('-h', '--help'): print(usage); return 0
-    if argv[0] not in COMMANDS: print(f"brefine: unknown command {argv[0]!r}\n{usage}", file=sys.stderr); return 2
+    if argv[0] not in COMMANDS:
+        print(f"brefine: unknown command {argv[0]!r}\n{usage}", file=sys.stderr); return 2
     cmd = argv[0]
     args = vars(anno_parser(COMMANDS[cmd], prog=f'brefine {cmd}').parse_args(argv[1:]))
     args.pop('pdb', None); args.pop('xtra', None)
     import warnings
-    warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)  # raised inside fastai's imports
+    warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*',
+                            category=FutureWarning)  # raised inside fastai's imports
     try: COMMANDS[cmd](**args)
     except USER_ERRORS as e:
-        by = getattr(e, '_brefine_refused_by', None)             # (rank, processes) of a refusal that every process raises
+        by = getattr(e, '_brefine_refused_by', None)     # (rank, processes) of a refusal all raise
         if by is None or rank_distrib() == 0:                    # said once, by the first process
-            print(f"brefine {cmd}: error{f' (process {by[0]} of {by[1]})' if by and by[0] else ''}: {_user_message(e)}", file=sys.stderr)
+            print(f"brefine {cmd}: error"
+                  f"{f' (process {by[0]} of {by[1]})' if by and by[0] else ''}: {_user_message(e)}",
+                  file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"brefine {cmd}: interrupted", file=sys.stderr); return 130

@@ -18,64 +18,78 @@ from .shared_backbone import reads_base, embed_with_base
 from .triplets import sample_features
 from .prototypes import Prototypes
 from .inputs import _evaluating, _looks_like_probs, base_probs, prepare_image
-from .vote import _box_sums, _grey_plane, _grey_vote, _revote, _vote, grey_levels, _mark, _pixels
+from .vote import (_box_sums, _grey_plane, _grey_vote, _revote, _vote, grey_levels, _mark,
+                          _pixels)
 
 # %% auto #0
 __all__ = ['SETTING_LIMITS', 'RefineSettings', 'RefineStages', 'relabel', 'refine_predict']
 
 # %% ../nbs/05b_refine.ipynb #c12df624
-SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e6, passes=10)   # the largest value of each setting
+SETTING_LIMITS = dict(top_n=1024, radius=4096, alpha=1e6, vote=101, grey=1e6, passes=10)   # maxima
 
 @dataclass(frozen=True)
 class RefineSettings:
-    "How `relabel` re-decides band pixels: `RefineSettings(top_n=3, radius=10, vote=5)`; checked when made."
-    top_n: int|None = None   # candidate classes per pixel (P3); 1 leaves the base answer; None: 5, or every class if fewer
-    radius: int = 3          # half-width in pixels of the band around the base arg-max's boundaries (P4)
-    tau: float|None = None   # confidence gate: re-decide only band pixels whose base top-1 probability is below it (None: all)
-    alpha: float = 0.        # weight of the base log-probability in the choice (0: the nearest prototype alone)
-    vote: int = 0            # odd side of a majority-vote window over the re-decided pixels' candidates (0: no vote)
-    grey: float|None = None  # σ, in grey levels (0-255), of the vote's weight on each neighbour's grey-level difference (None: all count 1)
-    passes: int = 2          # passes of the vote with a `grey` weight, each reading the labels the one before left (unused without `grey`)
+    "How `relabel` re-decides band pixels, checked when made: `RefineSettings(top_n=3, radius=10)`."
+    top_n: int|None = None   # candidate classes per pixel; 1: the base answer; None: 5 (or all)
+    radius: int = 3          # half-width in pixels of the band around the base's boundaries
+    tau: float|None = None   # gate: re-decide only below this base top-1 probability (None: all)
+    alpha: float = 0.        # weight of the base log-probability in the choice (0: none)
+    vote: int = 0            # odd side of a majority-vote window (0: no vote)
+    grey: float|None = None  # σ of the vote's grey-level weight, in grey levels (None: no weight)
+    passes: int = 2          # passes of a grey-weighted vote
 
     def __post_init__(self):
         put, L = partial(object.__setattr__, self), SETTING_LIMITS
-        if self.top_n is not None: put('top_n', as_int(self.top_n, 'top_n', 1, L['top_n'], " top_n counts candidate classes."))
-        put('radius', as_int(self.radius, 'radius', 0, L['radius'], " It is the band's half-width in pixels, like 10."))
-        if self.tau is not None: put('tau', as_float(self.tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate."))
-        put('alpha', as_float(self.alpha, 'alpha', 0, L['alpha'], " alpha weighs the base log-probability; 0.1 to 1 are usual."))
-        put('vote', as_int(self.vote, 'vote', 0, L['vote'], " vote is the side in pixels of the vote's window, like 9 (0: none)."))
+        if self.top_n is not None: put('top_n', as_int(self.top_n, 'top_n', 1, L['top_n'],
+                                                       " top_n counts candidate classes."))
+        put('radius', as_int(self.radius, 'radius', 0, L['radius'],
+                             " It is the band's half-width in pixels, like 10."))
+        if self.tau is not None: put('tau', as_float(
+            self.tau, 'tau', 0, 1, " tau gates on the base top-1 probability; None: no gate."))
+        put('alpha', as_float(self.alpha, 'alpha', 0, L['alpha'],
+                              " alpha weighs the base log-probability; 0.1 to 1 are usual."))
+        put('vote', as_int(self.vote, 'vote', 0, L['vote'],
+                           " vote is the side in pixels of the vote's window, like 9 (0: none)."))
         if self.vote % 2 == 0 and self.vote:
-            raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number of pixels like 5 or 9, got {self.vote!r}.")
+            raise ValueError(f"vote is the side of a square window: 0 (no vote) or an odd number "
+                             f"of pixels like 5 or 9, got {self.vote!r}.")
         if self.grey is not None:
-            put('grey', as_float(self.grey, 'grey', 1, L['grey'], " grey is the σ of the vote's grey-level weight, in grey levels, "
-                                 "like 10; None: no weight."))
-            if not self.vote: raise ValueError(f"grey={self.grey:g} weighs the vote's neighbours, but vote is 0: set an odd vote window "
-                                               "like 9 too, or leave grey at None.")
-        put('passes', as_int(self.passes, 'passes', 1, L['passes'], " passes counts the grey-weighted vote's passes, like 2."))
+            put('grey', as_float(self.grey, 'grey', 1, L['grey'], " grey is the σ of the vote's "
+                                 "grey-level weight, in grey levels, like 10; None: no weight."))
+            if not self.vote: raise ValueError(f"grey={self.grey:g} weighs the vote's neighbours, "
+                                               "but vote is 0: set an odd vote window like 9 too, "
+                                               "or leave grey at None.")
+        put('passes', as_int(self.passes, 'passes', 1, L['passes'],
+                             " passes counts the grey-weighted vote's passes, like 2."))
 
 # %% ../nbs/05b_refine.ipynb #1031bfab
 @patch
 def for_classes(self: RefineSettings, n_classes: int) -> RefineSettings:
-    "These settings for `n_classes` classes: `top_n` None becomes 5 (or `n_classes` if fewer); a larger `top_n` is refused."
+    "These settings for `n_classes` classes: `top_n` None becomes 5 (or fewer); more is refused."
     if self.top_n is None: return replace(self, top_n=min(5, n_classes))
-    as_int(self.top_n, 'top_n', 1, n_classes, f" top_n counts candidate classes among the {n_classes}.")
+    as_int(self.top_n, 'top_n', 1, n_classes,
+           f" top_n counts candidate classes among the {n_classes}.")
     return self
 
 # %% ../nbs/05b_refine.ipynb #b8a9fe88
 def _settings(settings, overrides: dict) -> RefineSettings:
-    "`settings` (a `RefineSettings`, or None for the defaults) with the keyword `overrides` applied."
-    return _replaced(RefineSettings, settings, overrides, 'settings', 'refinement setting', 'top_n=3')
+    "`settings` (a `RefineSettings`, or None: the defaults) with the keyword `overrides` applied."
+    return _replaced(RefineSettings, settings, overrides, 'settings', 'refinement setting',
+                     'top_n=3')
 
 # %% ../nbs/05b_refine.ipynb #53d26555
 def _check_protos(prototypes, n_scores, emb_dim=None):
     if not isinstance(prototypes, Prototypes):
-        raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or Prototypes.load), not {type(prototypes).__name__}.")
+        raise TypeError(f"`prototypes` must be a brefine Prototypes (from extract_prototypes or "
+                        f"Prototypes.load), not {type(prototypes).__name__}.")
     if n_scores != prototypes.n_classes:
-        raise ValueError(f"The scores have {n_scores} classes but the prototypes have {prototypes.n_classes}: use prototypes "
-                         "extracted for the base model's class set (same classes, same order).")
+        raise ValueError(f"The scores have {n_scores} classes but the prototypes have "
+                         f"{prototypes.n_classes}: use prototypes extracted for the base model's "
+                         "class set (same classes, same order).")
     if emb_dim is not None and emb_dim != prototypes.emb_dim:
-        raise ValueError(f"The embedder gives {emb_dim}-dim features but the prototypes are {prototypes.emb_dim}-dim: "
-                         "use the prototypes extracted with this embedder.")
+        raise ValueError(f"The embedder gives {emb_dim}-dim features but the prototypes are "
+                         f"{prototypes.emb_dim}-dim: use the prototypes extracted with this "
+                         "embedder.")
 
 # %% ../nbs/05b_refine.ipynb #91321797
 def _label_dtype(n_classes: int) -> torch.dtype:
@@ -84,7 +98,7 @@ def _label_dtype(n_classes: int) -> torch.dtype:
 
 # %% ../nbs/05b_refine.ipynb #c5a31fd4
 def _top_n_any(p: torch.Tensor, n: int) -> tuple:
-    "`_top_n` for scores of any float type: n maxima over the short axis, each with the lowest class of equal scores, then removed."
+    "`_top_n` for any float type: n maxima over the short axis, the lowest class of equals first."
     M, vals, idx = p.shape[0], [], []
     rank = torch.arange(M, 0, -1, device=p.device)[:, None]
     for j in range(n):
@@ -95,231 +109,259 @@ def _top_n_any(p: torch.Tensor, n: int) -> tuple:
 
 # %% ../nbs/05b_refine.ipynb #b44e1385
 def _top_n(p: torch.Tensor, n: int) -> tuple:
-    "(values, classes), each (K,n): the `n` largest probabilities of `p` (M,K) (none negative) per column, best first, like `p.t().topk(n, 1)`; ties go to the lower class. For float32, transposed views of (n,K) rows."
+    "(values, classes) (K,n): the `n` largest of `p` (M,K) (≥ 0) per column: `p.t().topk(n, 1)`."
     M, K = p.shape
     if p.dtype != torch.float32: return _top_n_any(p, n)
-    r = max(1, (M - 1).bit_length())                                   # low bits of a key: the class, the lower the larger
-    keys = p.view(torch.int32).long().bitwise_and_(0x7FFFFFFF).bitwise_left_shift_(r)    # the score's bits, read as an integer
+    r = max(1, (M - 1).bit_length())                      # low bits: the class, lower is larger
+    keys = p.view(torch.int32).long().bitwise_and_(0x7FFFFFFF).bitwise_left_shift_(r)  # score bits
     keys.bitwise_or_(torch.arange(M - 1, -1, -1, device=p.device)[:, None])
     top, gone = keys.new_empty((n, K)), keys.new_full((1, 1), -1).expand(1, K)
-    for j in range(n):                                                 # n maxima over the short axis, vectorised along K
+    for j in range(n):                                    # n maxima over M, vectorised along K
         torch.amax(keys, 0, out=top[j])
         if j < n - 1: keys.scatter_(0, (M - 1) - (top[j:j+1] & ((1 << r) - 1)), gone)
     return (top >> r).int().view(torch.float32).t(), ((M - 1) - (top & ((1 << r) - 1))).t()
 
 # %% ../nbs/05b_refine.ipynb #5be07bf4
 def _prototype_scores(emb, vecs, sq):
-    "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m` (`sq` holds the `|E_m|²`): `|e − E_m|²` short of `|e|²`, which every class shares."
+    "A map (B,M,h,w) whose bilinear sample at a pixel is `|E_m|² − 2 e·E_m`: `|e − E_m|² − |e|²`."
     return sq[None, :, None, None] - 2 * F.conv2d(emb, vecs[:, :, None, None])
 
 # %% ../nbs/05b_refine.ipynb #4154616c
 def _sample(src: torch.Tensor, at: tuple, size: tuple) -> torch.Tensor:
-    "Rows (C,K) of bilinear samples of `src` (B,C,h,w) at the full-resolution pixels `at` = (b,y,x) of an image of `size` (H,W): `sample_features(src, *at, size).t()`."
+    "Rows (C,K) of bilinear samples of `src` at pixels `at`: `sample_features(src, *at, size).t()`."
     if src.shape[0] > 1: return sample_features(src, *at, size).t()
     grid = src.new_empty((len(at[2]), 2))
     grid[:, 0], grid[:, 1] = at[2], at[1]
-    grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)   # (2x+1)/W − 1, as sample_features
-    return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border', align_corners=False).view(src.shape[1], -1)
+    grid.mul_(2).add_(1).div_(torch.tensor(size[::-1], dtype=src.dtype, device=src.device)).sub_(1)
+    return F.grid_sample(src, grid[None, None], mode='bilinear', padding_mode='border',
+                         align_corners=False).view(src.shape[1], -1)
 
 # %% ../nbs/05b_refine.ipynb #53a530c4
 def _distances(emb, maps, vecs, sq, missing, at, size, cand) -> tuple:
-    "For band pixels `at` = (b,y,x) with candidates `cand` (N,K): the squared distances (N,K) to their prototypes, short of `|e|²` (inf for a class without one), and which candidates have one (N,K)."
-    if maps is not None: d = _sample(maps, at, size)                    # (M,K) from the projected maps
+    "(squared distances (N,K) less `|e|²` to `cand`'s prototypes, inf without one; which have one)."
+    if maps is not None: d = _sample(maps, at, size)                    # (M,K) from projected maps
     else: d = (sq - 2 * _sample(emb, at, size).t() @ vecs.T).t()        # from the C features
     d = d.gather(0, cand)
-    if not missing.any(): return d, torch.ones_like(d, dtype=torch.bool)    # every class has a prototype
+    if not missing.any(): return d, torch.ones_like(d, dtype=torch.bool)    # every class has one
     allowed = (~missing).index_select(0, cand.reshape(-1)).view(cand.shape)
     return d.masked_fill_(~allowed, float('inf')), allowed
 
 # %% ../nbs/05b_refine.ipynb #c636c2d6
 def _costs(d, top_p, alpha: float) -> torch.Tensor:
-    "What the choice minimises for candidates at squared distances `d` with base probabilities `top_p`: `d − alpha·log top_p` (`d` itself when `alpha` is 0)."
+    "What the choice minimises: `d − alpha·log top_p`, for distances `d` and base probabilities."
     return d - alpha * top_p.clamp_min(1e-12).log() if alpha else d
 
 # %% ../nbs/05b_refine.ipynb #0e8dc1e7
 def _nearest(d, top_p, alpha: float) -> torch.Tensor:
-    "The row (K,) of the smallest `d − alpha·log top_p` in each column of the (N,K) distances `d` and base probabilities `top_p`: the first of equals, 0 when all are inf."
+    "The row (K,) of the least `d − alpha·log top_p` per column: the first of equals, 0 if all inf."
     d = _costs(d, top_p, alpha)
     j, best = torch.zeros(d.shape[1], dtype=_label_dtype(len(d)), device=d.device), d[0]
-    for i in range(1, len(d)): torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
+    for i in range(1, len(d)):
+        torch.maximum(j, _mark(d[i] < best, i, j.dtype), out=j); best = torch.minimum(best, d[i])
     return j
 
 # %% ../nbs/05b_refine.ipynb #84fdf567
 def _arg_max(p: torch.Tensor) -> tuple:
-    "The arg-max of scores (B,M,H,W) over the classes as small ints (B,H,W) -- the first class of equal scores, as `argmax` takes it -- and the maximum (B,H,W)."
+    "(the arg-max of scores (B,M,H,W) as small ints, first of equals; the maximum), each (B,H,W)."
     best, more = p[:, 0].clone(), torch.empty(p[:, 0].shape, dtype=torch.bool, device=p.device)
     idx = torch.zeros(more.shape, dtype=_label_dtype(p.shape[1]), device=p.device)
     for m in range(1, p.shape[1]):
         torch.gt(p[:, m], best, out=more); torch.maximum(best, p[:, m], out=best)
-        torch.maximum(idx, _mark(more, m, idx.dtype), out=idx)             # m exceeds every earlier class
+        torch.maximum(idx, _mark(more, m, idx.dtype), out=idx)     # m exceeds every earlier class
     return idx, best
 
 # %% ../nbs/05b_refine.ipynb #4eee7aff
 def _true_at(mask: torch.Tensor) -> torch.Tensor:
-    "Flat int64 indices (K,) of the True elements of the bool `mask`, in order: `mask.view(-1).nonzero()[:, 0]`, on the CPU by numpy, several times faster."
+    "Flat int64 indices of the True elements of `mask`, in order: `mask.view(-1).nonzero()[:, 0]`."
     if mask.device.type == 'cpu': return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.view(-1).nonzero()[:, 0]
 
 # %% ../nbs/05b_refine.ipynb #1e8bb17c
 def _columns(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
-    "The columns `i` (K,) of the rows `x` (N,S): `x.index_select(1, i)` by `gather`, on a CPU several times faster for small integer or bool rows."
+    "The columns `i` (K,) of the rows `x` (N,S): `x.index_select(1, i)`, faster on a CPU."
     return x.gather(1, i.long().expand(len(x), -1))
 
 # %% ../nbs/05b_refine.ipynb #842c3614
 def _band_pixels(base, top1, is_p: bool, s: RefineSettings) -> torch.Tensor:
-    "Flat indices (K,) of the pixels of `base` (B,H,W) to re-decide: its band, and with probabilities (`is_p`) and a gate only those whose top score `top1` is below `s.tau`."
+    "Flat indices (K,) of the pixels of `base` to re-decide: its band (under the gate `s.tau`)."
     band = batch_band(base, s.radius)                                      # P4
-    if is_p and s.tau is not None: band &= top1 < s.tau                    # the gate: confident pixels keep the base answer
+    if is_p and s.tau is not None: band &= top1 < s.tau         # the gate: confident pixels stay
     return _true_at(band)
 
 # %% ../nbs/05b_refine.ipynb #88e4842a
-def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple, size: tuple) -> tuple:
-    "P3 and P5's distances for the flat pixels `lin` (K,), whose scores are those columns of `rows` (M,B·H·W): the pixels re-decided, their candidates (N,K), which of those the vote may choose (N,K), the candidates' distances and base probabilities (N,K)."
-    p = rows.gather(1, lin.expand(len(rows), -1))                           # (M,K): faster than index_select along dim 1
-    if not is_p:                                                          # logits: the softmax of these pixels only, then the gate
+def _choose(rows, lin, is_p: bool, s: RefineSettings, emb, maps, protos: tuple,
+            size: tuple) -> tuple:
+    "P3, P5 for flat pixels `lin`: (pixels re-decided, candidates, allowed, distances, base probs)."
+    p = rows.gather(1, lin.expand(len(rows), -1))              # (M,K): faster than index_select
+    if not is_p:                                               # logits: softmax, then the gate
         p = p.softmax(0)
-        if s.tau is not None: k = _true_at(p.amax(0) < s.tau); lin, p = lin.index_select(0, k), _columns(p, k)
-    top_p, cand = (t.t() for t in _top_n(p, s.top_n))                     # P3: rows (N,K), contiguous as `_top_n` gives them
+        if s.tau is not None:
+            k = _true_at(p.amax(0) < s.tau); lin, p = lin.index_select(0, k), _columns(p, k)
+    top_p, cand = (t.t() for t in _top_n(p, s.top_n))          # P3: rows (N,K), contiguous
     vecs, sq, missing = protos
-    d, allowed = _distances(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size, cand)   # P5
-    allowed = allowed.clone(); allowed[0] = True                          # the base answer is always allowed
+    d, allowed = _distances(emb, maps, vecs, sq, missing, _pixels(lin, len(emb), *size), size,
+                            cand)   # P5
+    allowed = allowed.clone(); allowed[0] = True               # the base answer is always allowed
     return lin, cand.to(_label_dtype(len(vecs))), allowed, d, top_p
 
 # %% ../nbs/05b_refine.ipynb #5cfbf161
-_CHUNK = 1 << 17                                                          # band pixels per step of the band pass on a CPU (bounds memory): a 360x480 band in one step
-_GPU_CHUNK = 1 << 19                                                      # on a GPU: fewer, larger steps (each one launches ~100 small kernels)
+_CHUNK = 1 << 17          # band pixels per step on a CPU (bounds memory): a 360x480 band in one
+_GPU_CHUNK = 1 << 19      # on a GPU: fewer, larger steps (each launches ~100 small kernels)
 
 def _chunk_for(device) -> int:
-    "Band pixels per step of the band pass on `device`: `_CHUNK` on a CPU, `_GPU_CHUNK` on a GPU, where a step's time is mostly kernel launches."
+    "Band pixels per step of the band pass on `device`: `_CHUNK` on a CPU, `_GPU_CHUNK` on a GPU."
     return _GPU_CHUNK if torch.device(device).type == 'cuda' else _CHUNK
 
 # %% ../nbs/05b_refine.ipynb #7f4efde4
-def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> tuple:
-    "What every base weight and vote reads for the radius, gate and top-N of settings `s`: (the base answer, the class count, `_choose`'s results `chunk` band pixels at a time (None: `_chunk_for` the embedding's device), made as they are read: `list` them to read them again; the grey `levels`)."
+def _candidates(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings,
+                chunk: int|None = None, levels=None) -> tuple:
+    "(base answer, class count, `_choose`'s results chunk by chunk, as read, `levels`) for `s`."
     (base, top1, is_p), (M, H, W) = answer, probs.shape[1:]
     lin = _band_pixels(base, top1, is_p, s) if s.top_n > 1 else base.new_zeros(0)
     if len(lin) == 0: return base, M, [], levels
     vecs = prototypes.vectors.to(emb.device, emb.dtype)
     missing, sq = ~prototypes.present.to(emb.device), (vecs * vecs).sum(1)
-    maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None     # fewer classes than channels: sample M maps, not C features
-    rows, chunk = probs.transpose(0, 1).reshape(M, -1), chunk or _chunk_for(emb.device)   # rows (M, B·H·W): a view for one image
-    return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W)) for i in range(0, len(lin), chunk)), levels
+    maps = _prototype_scores(emb, vecs, sq) if M <= emb.shape[1] else None   # M maps, not C
+    rows, chunk = probs.transpose(0, 1).reshape(M, -1), chunk or _chunk_for(emb.device)   # (M,BHW)
+    return base, M, (_choose(rows, lin[i:i+chunk], is_p, s, emb, maps, (vecs, sq, missing), (H, W))
+                     for i in range(0, len(lin), chunk)), levels
 
 # %% ../nbs/05b_refine.ipynb #6e1fb3c7
 def _grey_pass(base, done: list, before, levels, vote: int, grey: float, M: int):
-    "One pass of the grey-weighted vote, in place in the labels `base` (B,H,W), over the re-decided pixels of `done` (`_decisions`' chunks) whose window the pass can change since the labels `before` (None: the first pass)."
-    out, redo, plane, voted = base.view(-1), _revote(base, vote, before), _grey_plane(base, levels, vote // 2, M), []
-    for li, cand, allowed, _ in done:                                     # only the pixels the vote can change
+    "One pass of the grey-weighted vote, in place, on `done`'s pixels it can change since `before`."
+    out, redo, plane, voted = (base.view(-1), _revote(base, vote, before),
+                               _grey_plane(base, levels, vote // 2, M), [])
+    for li, cand, allowed, _ in done:                      # only the pixels the vote can change
         j = _true_at(redo.index_select(0, li)); li = li.index_select(0, j)
-        voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j), out.index_select(0, li), vote, grey, base.shape, M)))
-    for li, v in voted: out.scatter_(0, li, v)                            # all at once: every pixel read the labels before the pass
+        voted.append((li, _grey_vote(plane, li, _columns(cand, j), _columns(allowed, j),
+                                     out.index_select(0, li), vote, grey, base.shape, M)))
+    for li, v in voted: out.scatter_(0, li, v)             # at once: all read the labels before
 
 # %% ../nbs/05b_refine.ipynb #0c84bfd6
-def _decisions(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2):
-    "The labels (B,H,W) from `_candidates`' results as they are made: each band pixel's nearest candidate with base weight `alpha` and an unweighted `vote`, yielded once; with `grey`, yielded after each of the vote's `passes` instead. One tensor, updated in place: read it before the next."
+def _decisions(candidates: tuple, alpha: float, vote: int, grey: float|None = None,
+               passes: int = 2):
+    "Yields the labels (B,H,W), one tensor in place: after the choice and vote, or each grey pass."
     base, M, chunks, levels = candidates
     out, done = None, []
     for li, cand, allowed, d, top_p in chunks:
-        if out is None: base = base.clone(); out = base.view(-1)         # the base answer stays as it is for the next setting
+        if out is None: base = base.clone(); out = base.view(-1)   # the base stays for the next
         pick = cand.gather(0, _nearest(d, top_p, alpha).long()[None])[0]
         out.scatter_(0, li, pick)
         if vote: done.append((li, cand, allowed, pick))
     if grey is not None:
         before = None
-        for _ in range(passes):                                           # each pass reads the labels of the one before
-            if done: now = base.clone(); _grey_pass(base, done, before, levels, vote, grey, M); before = now
+        for _ in range(passes):                            # each reads the labels of the one before
+            if done:
+                now = base.clone(); _grey_pass(base, done, before, levels, vote, grey, M)
+                before = now
             yield base
         return
     if done:
-        box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # the windows of the chosen labels
-        for li, cand, allowed, pick in done: out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
+        box = _box_sums(base.numpy() if base.device.type == 'cpu' else base, M, vote)   # windows
+        for li, cand, allowed, pick in done:
+            out.scatter_(0, li, _vote(box, li, cand, allowed, pick))
     yield base
 
 # %% ../nbs/05b_refine.ipynb #572da7c6
-def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None, passes: int = 2) -> torch.Tensor:
-    "The labels (B,H,W) int64 from `_candidates`' results: each band pixel's nearest candidate with base weight `alpha`, then the `vote` (weighted by `grey`, in `passes`)."
+def _decide(candidates: tuple, alpha: float, vote: int, grey: float|None = None,
+            passes: int = 2) -> torch.Tensor:
+    "The labels (B,H,W) int64 from `_candidates`' results, after the choice and the vote."
     *_, labels = _decisions(candidates, alpha, vote, grey, passes)
     return labels.long()
 
 # %% ../nbs/05b_refine.ipynb #a6fea910
-def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> torch.Tensor:
-    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)` (which `calibrate` computes once for all settings)."
-    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote, s.grey, s.passes)
+def _relabel(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings,
+             chunk: int|None = None, levels=None) -> torch.Tensor:
+    "`relabel` of checked inputs, given the base answer `answer` = `_base_answer(probs)`."
+    return _decide(_candidates(emb, probs, answer, prototypes, s, chunk, levels), s.alpha, s.vote,
+                   s.grey, s.passes)
 
 # %% ../nbs/05b_refine.ipynb #8a544aee
 def _base_answer(probs: torch.Tensor) -> tuple:
-    "What every setting reads of the base scores (B,M,H,W): (the arg-max as small ints, its score, whether they are probabilities)."
+    "What every setting reads of scores (B,M,H,W): (the arg-max, its score, whether probabilities)."
     base, top1 = _arg_max(probs)
     return base, top1, _looks_like_probs(probs)
 
 # %% ../nbs/05b_refine.ipynb #e019a23e
 @dataclass(frozen=True, eq=False, repr=False)
 class RefineStages:
-    "Every step of `relabel` on B images of H×W pixels, K of them re-decided among N candidates each: what `relabel(..., stages=True)` returns."
-    settings: RefineSettings      # the settings applied (`top_n` set for the class count, as `for_classes` sets it)
-    base: torch.Tensor            # (B,H,W) int64: the base answer, the arg-max of the scores (the first of equal scores)
-    band: torch.Tensor            # (B,H,W) bool: the band of `base`, the pixels within `radius` of its boundaries (P4)
-    pixels: torch.Tensor          # (K,) int64: flat indices into (B,H,W) of the band pixels re-decided (with a gate `tau`, those below it), in order
-    candidates: torch.Tensor      # (K,N) int64: each re-decided pixel's top-N classes by base score, best first (P3); the first is `base`
+    "Every step of `relabel` on B images of H×W, K pixels re-decided among N candidates each."
+    settings: RefineSettings      # the settings applied (`top_n` set by `for_classes`)
+    base: torch.Tensor            # (B,H,W) int64: the base answer, the arg-max of the scores
+    band: torch.Tensor            # (B,H,W) bool: the band of `base` (P4)
+    pixels: torch.Tensor          # (K,) int64: flat indices of the band pixels re-decided
+    candidates: torch.Tensor      # (K,N) int64: their top-N classes, best first (P3)
     candidate_probs: torch.Tensor # (K,N): their base probabilities (of the softmax, for logits)
-    distances: torch.Tensor       # (K,N): squared distances from the pixel's embedding (sampled bilinearly) to the candidates' prototypes; inf without one (P5)
-    costs: torch.Tensor           # (K,N): what the choice minimises, `distances − alpha·log candidate_probs`
-    choice: torch.Tensor          # (B,H,W) int64: `base` with each re-decided pixel set to its candidate of least cost (the first of equals), before the vote
-    labels: torch.Tensor          # (B,H,W) int64: the answer after the vote, as `relabel` returns it without `stages`
+    distances: torch.Tensor       # (K,N): squared distances to their prototypes; inf without (P5)
+    costs: torch.Tensor           # (K,N): `distances − alpha·log candidate_probs`
+    choice: torch.Tensor          # (B,H,W) int64: `base` with the least-cost candidates, pre-vote
+    labels: torch.Tensor          # (B,H,W) int64: the answer after the vote
 
     def __repr__(self):
         (B, H, W), changed = self.base.shape, lambda a, b: int((a != b).sum())
-        return (f"RefineStages({B} image{'s' * (B != 1)} of {H}x{W}: {int(self.band.sum())} band pixels, {len(self.pixels)} re-decided; "
-                f"the choice changed {changed(self.choice, self.base)}, the vote {changed(self.labels, self.choice)}; {self.settings})")
+        return (f"RefineStages({B} image{'s' * (B != 1)} of {H}x{W}: {int(self.band.sum())} band "
+                f"pixels, {len(self.pixels)} re-decided; the choice changed "
+                f"{changed(self.choice, self.base)}, the vote {changed(self.labels, self.choice)}; "
+                f"{self.settings})")
 
 # %% ../nbs/05b_refine.ipynb #c1254008
-def _stages(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings, chunk: int|None = None, levels=None) -> RefineStages:
-    "`relabel(..., stages=True)` of checked inputs, given the base answer `answer` = `_base_answer(probs)`: `_candidates`' chunks made once, then read by the choice without the vote and by the whole decision."
+def _stages(emb, probs, answer: tuple, prototypes: Prototypes, s: RefineSettings,
+            chunk: int|None = None, levels=None) -> RefineStages:
+    "`relabel(..., stages=True)` of checked inputs, given the base answer `answer`."
     base, M, chunks, levels = _candidates(emb, probs, answer, prototypes, s, chunk, levels)
     chunks, (B, _, H, W), n = list(chunks), probs.shape, s.top_n
     if chunks: lin, cand, d, top_p = (torch.cat([c[i] for c in chunks], -1) for i in (0, 1, 3, 4))
-    else: lin, cand, d, top_p = base.new_zeros(0, dtype=torch.long), base.new_zeros((n, 0)), emb.new_zeros((n, 0)), probs.new_zeros((n, 0))
-    e2 = _sample(emb, _pixels(lin, B, H, W), (H, W)).square().sum(0) if len(lin) else emb.new_zeros(0)   # |e|², which `d` leaves out
+    else: lin, cand, d, top_p = (base.new_zeros(0, dtype=torch.long), base.new_zeros((n, 0)),
+                                 emb.new_zeros((n, 0)), probs.new_zeros((n, 0)))
+    e2 = (_sample(emb, _pixels(lin, B, H, W), (H, W)).square().sum(0) if len(lin)
+          else emb.new_zeros(0))   # |e|², which `d` leaves out
     dist, top_p = d.t() + e2[:, None], top_p.t()
     decide = lambda vote, grey: _decide((base, M, chunks, levels), s.alpha, vote, grey, s.passes)
-    return RefineStages(s, base.long(), batch_band(base, s.radius), lin, cand.t().long(), top_p, dist, _costs(dist, top_p, s.alpha),
+    return RefineStages(s, base.long(), batch_band(base, s.radius), lin, cand.t().long(), top_p,
+                        dist, _costs(dist, top_p, s.alpha),
                         decide(0, None), decide(s.vote, s.grey))
 
 # %% ../nbs/05b_refine.ipynb #0c453696
 def relabel(emb: torch.Tensor,         # (B,C,h,w) embeddings of the images
             probs: torch.Tensor,       # (B,M,H,W) base probabilities (or logits) at image size
             prototypes: Prototypes,    # M prototypes of dimension C
-            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: the defaults); single settings by name override it
-            chunk: int|None = None,    # band pixels per step (bounds memory); None: 131072 on a CPU, 524288 on a GPU
-            levels: torch.Tensor|None = None,  # (B,H,W) grey levels of the images (`grey_levels`), read by a vote with a `grey` weight
-            stages: bool = False,      # True: a `RefineStages` of every step (base answer, band, candidates, distances, choice, labels)
-            **kwargs) -> torch.Tensor|RefineStages:  # single settings by name (`RefineSettings`' fields: top_n, radius, tau, alpha, vote, grey, passes)
-    "P3–P5: base arg-max, with each band pixel set to the nearest-prototype class among its top-N; with `stages`, every step of it."
-    if not isinstance(stages, (bool, np.bool_)): raise TypeError(f"stages must be True or False, got {stages!r}.")
+            settings: RefineSettings|None = None,  # how band pixels are re-decided (None: defaults)
+            chunk: int|None = None,    # band pixels per step; None: 131072 (CPU), 524288 (GPU)
+            levels: torch.Tensor|None = None,  # (B,H,W) grey levels (`grey_levels`), for `grey`
+            stages: bool = False,      # True: a `RefineStages` of every step
+            **kwargs) -> torch.Tensor|RefineStages:  # single settings by name, over `settings`
+    "P3–P5: base arg-max, each band pixel set to its nearest-prototype candidate (or every step)."
+    if not isinstance(stages, (bool, np.bool_)):
+        raise TypeError(f"stages must be True or False, got {stages!r}.")
     _check_protos(prototypes, probs.shape[1], emb.shape[1])
-    s, chunk = _settings(settings, kwargs).for_classes(probs.shape[1]), None if chunk is None else as_int(chunk, 'chunk', 1)
-    if s.grey is not None and (levels is None or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
-        raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey levels (B,H,W) = "
-                         f"{(probs.shape[0], *probs.shape[2:])}, got {None if levels is None else tuple(levels.shape)}: pass "
-                         "levels=grey_levels(x, mean, std) for the prepared images x (refine_predict and calibrate do this).")
-    return (_stages if stages else _relabel)(emb, probs, _base_answer(probs), prototypes, s, chunk, levels)
+    s, chunk = (_settings(settings, kwargs).for_classes(probs.shape[1]),
+                None if chunk is None else as_int(chunk, 'chunk', 1))
+    if s.grey is not None and (levels is None
+                               or tuple(levels.shape) != (probs.shape[0], *probs.shape[2:])):
+        raise ValueError(f"The vote's grey-level weight (grey={s.grey:g}) needs the images' grey "
+                         f"levels (B,H,W) = {(probs.shape[0], *probs.shape[2:])}, got "
+                         f"{None if levels is None else tuple(levels.shape)}: pass "
+                         "levels=grey_levels(x, mean, std) for the prepared images x "
+                         "(refine_predict and calibrate do this).")
+    return (_stages if stages else _relabel)(emb, probs, _base_answer(probs), prototypes, s, chunk,
+                                             levels)
 
 # %% ../nbs/05b_refine.ipynb #3742569e
 def _checked_embedding(emb: torch.Tensor) -> torch.Tensor:
     "The embeddings `emb`, refused when they are not finite."
     if not torch.isfinite(emb.sum()):
-        raise ValueError("The embedder's features contain NaN or inf for this image: check its weights (a diverged "
-                         "training run) and the image's normalisation.")
+        raise ValueError("The embedder's features contain NaN or inf for this image: check its "
+                         "weights (a diverged training run) and the image's normalisation.")
     return emb
 
 # %% ../nbs/05b_refine.ipynb #2b606028
 def _embed(model, x: torch.Tensor) -> torch.Tensor:
-    "The embedder's features (B,C,h,w) for the prepared images `x`, refused when they are not finite."
+    "The embedder's features (B,C,h,w) for prepared images `x`, refused when they are not finite."
     return _checked_embedding(_embedding(model(x)))
 
 # %% ../nbs/05b_refine.ipynb #26c90617
 def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple:
-    "The base scores (B,M,H,W) and the embeddings of the prepared images `x`, both models in eval mode: one base forward for both when `model` reads the base model `probs`' features."
+    "(base scores (B,M,H,W), embeddings) of `x` in eval mode: one base forward if `model` reads it."
     with _evaluating(model, probs):
         if reads_base(model, probs):
             logits, emb = embed_with_base(model, probs, x)
@@ -327,22 +369,24 @@ def _scores_and_embedding(model, probs, x: torch.Tensor, batched: bool) -> tuple
         return base_probs(probs, x, batched, softmax=False).to(x.device), _embed(model, x)
 
 # %% ../nbs/05b_refine.ipynb #db4fda89
-def refine_predict(img,                       # image(s): float tensor (3,H,W)/(B,3,H,W) prepared for the embedder, or raw uint8 (numpy HxWx3, PIL)
-                   probs,                     # base scores (M,H,W)/(B,M,H,W), torch or numpy, probabilities or logits; or the base model
-                   embedder,                  # EmbeddingNet (or Learner / any module (B,3,H,W) -> (B,C,h,w))
+def refine_predict(img,                       # image(s): a prepared float tensor, or raw uint8
+                   probs,                     # base scores (probabilities or logits) or base model
+                   embedder,                  # EmbeddingNet (or Learner, or any embedding module)
                    prototypes: Prototypes,    # from extract_prototypes / Prototypes.load
-                   settings: RefineSettings|None = None,   # how band pixels are re-decided (None: the defaults)
-                   stages: bool = False,      # True: `relabel`'s `RefineStages` of every step instead (torch, with the batch axis for one image too)
-                   **kwargs):                 # single settings by name (top_n, radius, tau, alpha, vote, grey, passes): they override `settings`
-    "Refine a segmentation near its boundaries: returns int64 labels (H,W) or (B,H,W); with `stages`, every step of it (`RefineStages`)."
+                   settings: RefineSettings|None = None,   # how band pixels are re-decided
+                   stages: bool = False,      # True: `relabel`'s `RefineStages` instead
+                   **kwargs):                 # single settings by name: they override `settings`
+    "Refine a segmentation near its boundaries: int64 labels (H,W) or (B,H,W), or `RefineStages`."
     s = _settings(settings, kwargs)
     as_numpy, model = isinstance(probs, np.ndarray), _model_of(embedder)
-    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)             # a TypeError naming `prototypes`
-    if not callable(model): raise TypeError(f"`embedder` must be the embedder (a module, a Learner, or a function (B,3,H,W) -> (B,C,h,w)), not {type(embedder).__name__}.")
+    if not isinstance(prototypes, Prototypes): _check_protos(prototypes, 0)   # a TypeError
+    if not callable(model): raise TypeError(f"`embedder` must be the embedder (a module, a "
+                                            f"Learner, or a function (B,3,H,W) -> (B,C,h,w)), not "
+                                            f"{type(embedder).__name__}.")
     x, batched = prepare_image(img, prototypes.mean, prototypes.std)
     x = x.to(_device_of(model))
     with torch.inference_mode():
-        p, emb = _scores_and_embedding(model, probs, x, batched)          # the embedder and a base model in eval mode
+        p, emb = _scores_and_embedding(model, probs, x, batched)      # both models in eval mode
         _check_protos(prototypes, p.shape[1])
         levels = grey_levels(x, prototypes.mean, prototypes.std) if s.grey is not None else None
         out = relabel(emb, p, prototypes, s, levels=levels, stages=stages)

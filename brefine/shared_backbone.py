@@ -14,7 +14,8 @@ import copy, math, random, warnings
 from fastai.torch_core import no_random
 from fastai.data.core import DataLoaders, TfmdDL
 from .core import _model_of, as_int, _device_of, _load_weights
-from .embedder import EmbeddingHead, embedding_size, _check_dims, _check_fusion, _check_images, _fast_layout, _channels_last
+from .embedder import (EmbeddingHead, embedding_size, _check_dims, _check_fusion,
+                              _check_images, _fast_layout, _channels_last)
 from .features import _Trace, _capture, _eval_mode, _layers, _logits, _split_name, _what
 
 # %% auto #0
@@ -25,9 +26,11 @@ __all__ = ['TRAIN_BLOCKS', 'SAME_WEIGHTS_TOL', 'SharedEmbeddingNet', 'BaseModelN
 TRAIN_BLOCKS = 2     # blocks that train with the head by default, where the base model has them
 
 def _block_runs(base: nn.Module, tr: _Trace, low: dict, high: dict) -> list:
-    "For each module that computes the deep map `high`, outermost first: the longest run of its parent's children that ends with it, each fed the output of the one before, all run once after `low` was computed."
+    "Per module computing `high` (outermost first): the run of its parent's children that feed it."
     t0, runs, byid = tr.born(low['t']), [], {id(c['module']): c for c in tr.calls.values()}
-    for f in sorted((g for g in tr.feats if g['t'] is high['t'] and not g['path'] and g['mod'] and g['inp'] is not g['t']),
+    for f in sorted((g for g in tr.feats
+                     if g['t'] is high['t'] and not g['path'] and g['mod']
+                     and g['inp'] is not g['t']),
                     key=lambda g: -g['end']):
         kids = list(base.get_submodule(f['mod'].rpartition('.')[0]).children())
         i = j = next(j for j, k in enumerate(kids) if k is f['module'])          # by identity
@@ -41,7 +44,7 @@ def _block_runs(base: nn.Module, tr: _Trace, low: dict, high: dict) -> list:
 
 # %% ../nbs/03c_shared_backbone.ipynb #6c8a6977
 def _gives(blocks: nn.Module, x, t) -> bool:
-    "Whether `blocks` (in eval mode) turn `x` into the map `t`, as the base model's own blocks did (always, on the meta device)."
+    "Whether `blocks` (in eval mode) turn `x` into the map `t` (always, on the meta device)."
     if not isinstance(x, torch.Tensor): return False
     if t.device.type == 'meta': return True
     with torch.no_grad(), _eval_mode(blocks): y = blocks(x)
@@ -49,56 +52,77 @@ def _gives(blocks: nn.Module, x, t) -> bool:
 
 # %% ../nbs/03c_shared_backbone.ipynb #1d46e4ef
 def _trained_blocks(base: nn.Module, tr: _Trace, low: dict, high: dict, k: int | None) -> tuple:
-    "(copies of the `k` blocks of `base` that compute the deep map `high`, the first original block), or (None, None) for k=0; k=None: up to `TRAIN_BLOCKS` of the outermost run, as many as there are (none: a warning)."
+    "(copies of the `k` blocks of `base` computing `high`, the first original), or (None, None)."
     if k == 0: return None, None
     runs = _block_runs(base, tr, low, high)
-    run = next((r for r in runs if len(r) >= k), max(runs, key=len, default=[])) if k else (runs or [[]])[0]   # None: the outermost
+    run = (next((r for r in runs if len(r) >= k), max(runs, key=len, default=[])) if k
+           else (runs or [[]])[0])   # None: the outermost
     n = min(k or TRAIN_BLOCKS, len(run))
     blocks = nn.Sequential(*[copy.deepcopy(m) for m in run[-n:]]) if n else None
-    if blocks is not None and _gives(blocks, tr.calls[_name_of(base, run[-n])]['inp'], high['t']) and (k is None or n == k):
+    if blocks is not None and _gives(blocks, tr.calls[_name_of(base, run[-n])]['inp'],
+                                     high['t']) and (k is None or n == k):
         return blocks, run[-n]
-    why = (f"the deep feature {high['name']!r} is not computed by blocks in a row (in a sequential container such as "
-           f"encoder.layer4 or backbone.blocks.6) after the low feature {low['name']!r}")
+    why = (f"the deep feature {high['name']!r} is not computed by blocks in a row (in a sequential "
+           f"container such as encoder.layer4 or backbone.blocks.6) after the low feature "
+           f"{low['name']!r}")
     if k is None:
-        warnings.warn(f"The embedder on the {tr.model} trains its head alone (train_blocks=0, as its config records): {why}. "
-                      "Pass train_blocks=0 to choose that, or high= a block of such a container.", stacklevel=3)
+        warnings.warn(f"The embedder on the {tr.model} trains its head alone (train_blocks=0, as "
+                      f"its config records): {why}. Pass train_blocks=0 to choose that, or high= a "
+                      "block of such a container.", stacklevel=3)
         return None, None
-    if n and len(run) < k: raise ValueError(f"train_blocks={k}, but the {tr.model} has {len(run)} blocks in a row after the low "
-                                            f"feature {low['name']!r} up to {high['name']!r}: train at most {len(run)}.")
-    raise ValueError(f"train_blocks={k} copies blocks of the base model, but {why}: pass train_blocks=0, or high= such a block.")
+    if n and len(run) < k: raise ValueError(f"train_blocks={k}, but the {tr.model} has {len(run)} "
+                                            f"blocks in a row after the low "
+                                            f"feature {low['name']!r} up to {high['name']!r}: "
+                                            f"train at most {len(run)}.")
+    raise ValueError(f"train_blocks={k} copies blocks of the base model, but {why}: pass "
+                     f"train_blocks=0, or high= such a block.")
 
 # %% ../nbs/03c_shared_backbone.ipynb #6cfc3529
-def _name_of(model: nn.Module, m: nn.Module) -> str: return next(n for n, x in model.named_modules() if x is m)
+def _name_of(model: nn.Module, m: nn.Module) -> str:
+    return next(n for n, x in model.named_modules() if x is m)
 
 # %% ../nbs/03c_shared_backbone.ipynb #21f1f0ce
 class SharedEmbeddingNet(nn.Module):
-    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) from an `EmbeddingHead` on two feature maps of the base model `base`, read by forward hooks."
-    stride, kind = 4, 'shared'                      # output stride; the kind of embedder in saved files
-    def __init__(self, base: nn.Module,                     # your segmentation model: read, never trained, not saved with the embedder
-                 emb_dim: int = 32, aspp_dim: int = 64, low_level_dim: int = 48, decoder_dim: int = 48,  # head sizes, see `EmbeddingNet`
-                 normalize: bool = True, dropout: float = 0.1,    # unit-norm embeddings; dropout after the ASPP projection
-                 low: str | None = None, high: str | None = None, # feature names (see `feature_layers`); None: found automatically
-                 train_blocks: int|None = None,                   # also train copies of the blocks that compute `high` (0: the head only; None: `TRAIN_BLOCKS` where there are)
-                 fusion: str = 'concat'):                         # how the head fuses the features, see `EmbeddingHead`
+    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) from an `EmbeddingHead` on two features of `base`."
+    stride, kind = 4, 'shared'                      # output stride; the kind in saved files
+    def __init__(self, base: nn.Module,               # your segmentation model: read, never trained
+                 emb_dim: int = 32, aspp_dim: int = 64, low_level_dim: int = 48,
+                 decoder_dim: int = 48,                           # head sizes, see `EmbeddingNet`
+                 normalize: bool = True, dropout: float = 0.1,    # unit norm; dropout after ASPP
+                 low: str | None = None, high: str | None = None, # feature names; None: found
+                 train_blocks: int|None = None,                   # base blocks to train (None: 2)
+                 fusion: str = 'concat'):                         # see `EmbeddingHead`
         super().__init__()
-        if not isinstance(base, nn.Module): raise TypeError(f"base must be your segmentation model (an nn.Module), got {type(base).__name__}.")
-        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim); _check_fusion(fusion)
+        if not isinstance(base, nn.Module):
+            raise TypeError(f"base must be your segmentation model (an nn.Module), got "
+                            f"{type(base).__name__}.")
+        _check_dims(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim,
+                    decoder_dim=decoder_dim); _check_fusion(fusion)
         if train_blocks is not None and (not isinstance(train_blocks, int) or train_blocks < 0):
-            raise ValueError(f"train_blocks must be an int >= 0 (or None for the default), got {train_blocks!r}.")
-        self._base = (base,)                                     # a tuple: nn.Module does not register the base model
-        tr = _Trace(base)                                        # one forward: the scores, the features, the blocks
-        _logits(tr.out, (tr.size, tr.size))                      # scores that brefine can read, or a clear error now
+            raise ValueError(f"train_blocks must be an int >= 0 (or None for the default), "
+                             f"got {train_blocks!r}.")
+        self._base = (base,)                       # a tuple: nn.Module does not register the base
+        tr = _Trace(base)                          # one forward: scores, features, blocks
+        _logits(tr.out, (tr.size, tr.size))        # scores that brefine can read, or a clear error
         lo, hi = _layers(base, tr, low, high)
-        self.low, self.high, (low_ch, high_ch, high_stride) = lo['name'], hi['name'], (lo['ch'], hi['ch'], hi['stride'])
+        self.low, self.high, (low_ch, high_ch, high_stride) = (lo['name'], hi['name'],
+                                                               (lo['ch'], hi['ch'], hi['stride']))
         self.blocks, entry = _trained_blocks(base, tr, lo, hi, train_blocks)
         self._hooked = dict(low=(lo['module'], lo['path']),      # a dict: not registered either
-                            **({'high': (hi['module'], hi['path'])} if entry is None else {'entry': entry}))
+                            **({'high': (hi['module'], hi['path'])} if entry is None
+                               else {'entry': entry}))
         del tr
-        self.head = EmbeddingHead(low_ch, high_ch, emb_dim, [max(1, r * 16 // high_stride) for r in (6, 12, 18)], normalize,
-                                  aspp_dim, low_level_dim, decoder_dim, dropout, fusion).to(_device_of(base))   # where the base is (a GPU, say)
-        self.emb_dim, self.normalize, self._shapes = emb_dim, normalize, (low_ch, high_ch, high_stride)
-        self.config = dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim, decoder_dim=decoder_dim, normalize=normalize,
-                           dropout=dropout, low=self.low, high=self.high, train_blocks=0 if self.blocks is None else len(self.blocks), fusion=fusion)
+        self.head = EmbeddingHead(low_ch, high_ch, emb_dim, [max(1, r * 16 // high_stride)
+                                                             for r in (6, 12, 18)], normalize,
+                                  aspp_dim, low_level_dim, decoder_dim, dropout,
+                                  fusion).to(_device_of(base))   # where the base is (a GPU, say)
+        self.emb_dim, self.normalize, self._shapes = (emb_dim, normalize,
+                                                      (low_ch, high_ch, high_stride))
+        self.config = dict(emb_dim=emb_dim, aspp_dim=aspp_dim, low_level_dim=low_level_dim,
+                           decoder_dim=decoder_dim, normalize=normalize,
+                           dropout=dropout, low=self.low, high=self.high,
+                           train_blocks=0 if self.blocks is None else len(self.blocks),
+                           fusion=fusion)
         self.train()
 
     @property
@@ -107,29 +131,35 @@ class SharedEmbeddingNet(nn.Module):
 # %% ../nbs/03c_shared_backbone.ipynb #3816bbba
 @patch
 def features(self: SharedEmbeddingNet, x: torch.Tensor, whole: bool = False) -> tuple:
-    "(the base's output, or None unless `whole`; the low feature; the deep feature, or with `blocks` the input of the first copied block): what one forward of the base model on `x` gives the embedder."
+    "(the base's output if `whole`, the low feature, the deep one or the blocks' input) of `x`."
     b, h = _device_of(self.base), _device_of(self.head)
-    if b != h: raise RuntimeError(f"The base model is on {b} but the embedder's head on {h}: move them together with "
-                                  f"embedder.to(device), which moves the base model too.")
+    if b != h: raise RuntimeError(f"The base model is on {b} but the embedder's head on {h}: move "
+                                  f"them together with embedder.to(device), which moves the base "
+                                  f"model too.")
     inputs = {k: m for k, m in self._hooked.items() if k == 'entry'}
-    out, got = _capture(self.base, x, {k: v for k, v in self._hooked.items() if k != 'entry'}, inputs, stop=not whole)
+    out, got = _capture(self.base, x, {k: v for k, v in self._hooked.items() if k != 'entry'},
+                        inputs, stop=not whole)
     missing = [k for k in self._hooked if k not in got]
-    if missing: raise RuntimeError(f"the forward of the base model did not run its layer(s) {missing} on this input.")
+    if missing: raise RuntimeError(f"the forward of the base model did not run its layer(s) "
+                                   f"{missing} on this input.")
     bad = [k for k in ('low', 'high') if k in got and not isinstance(got[k], torch.Tensor)]
-    if bad: raise RuntimeError(f"the base model's layer {getattr(self, bad[0])!r} gave {_what(got[bad[0]])} on this input, not a feature map.")
+    if bad: raise RuntimeError(f"the base model's layer {getattr(self, bad[0])!r} gave "
+                               f"{_what(got[bad[0]])} on this input, not a feature map.")
     return out, got['low'], got['high'] if self.blocks is None else got['entry']
 
 # %% ../nbs/03c_shared_backbone.ipynb #aa2babdf
 @patch
-def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tensor, size) -> torch.Tensor:
-    "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, then the head -- all that the embedder adds to the base forward (channels-last on a CPU, see `_fast_layout`)."
-    low, deep = _fast_layout(self, low, deep)                            # the head's and the copied blocks' weights, not the base's
+def embed_features(self: SharedEmbeddingNet, low: torch.Tensor, deep: torch.Tensor,
+                   size) -> torch.Tensor:
+    "Embeddings (B,emb_dim,*size) from what `features` gives: the copied blocks if any, the head."
+    low, deep = _fast_layout(self, low, deep)                # the head's and blocks' weights only
     return self.head(low, deep if self.blocks is None else self.blocks(deep), size)
 
 # %% ../nbs/03c_shared_backbone.ipynb #337ab25c
 @patch
-def forward(self: SharedEmbeddingNet, x: torch.Tensor, deep: torch.Tensor|None = None) -> torch.Tensor:
-    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, running the base model only up to the features; given `deep`, `x` is the low feature and `deep` the deep one, as `features` gives them (see `FeatureCache`), and the embeddings are at the low feature's size."
+def forward(self: SharedEmbeddingNet, x: torch.Tensor,
+            deep: torch.Tensor|None = None) -> torch.Tensor:
+    "Embeddings (B,emb_dim,ceil(H/4),ceil(W/4)) of images `x`, or of features `x`, `deep`."
     if deep is not None: return self.embed_features(x, deep, x.shape[-2:])
     _check_images(x, self.training, 'SharedEmbeddingNet')
     _, low, deep = self.features(x)
@@ -138,7 +168,7 @@ def forward(self: SharedEmbeddingNet, x: torch.Tensor, deep: torch.Tensor|None =
 # %% ../nbs/03c_shared_backbone.ipynb #abe85310
 @patch
 def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
-    "(the base model's output for `x`, as the base returns it; the embeddings), from one forward of the base model."
+    "(the base model's output for `x`, the embeddings), from one forward of the base model."
     _check_images(x, self.training, 'SharedEmbeddingNet')
     out, low, deep = self.features(x, whole=True)
     return out, self.embed_features(low, deep, embedding_size(x))
@@ -146,7 +176,7 @@ def forward_with_base(self: SharedEmbeddingNet, x: torch.Tensor) -> tuple:
 # %% ../nbs/03c_shared_backbone.ipynb #469bdc42
 @patch
 def train(self: SharedEmbeddingNet, mode: bool = True):
-    "Set the head's training mode; the copied base blocks keep the base's BatchNorm statistics (eval mode)."
+    "Set the head's training mode; the copied base blocks keep the base's BatchNorm statistics."
     nn.Module.train(self, mode)
     if self.blocks is not None: self.blocks.eval()
     return self
@@ -167,72 +197,86 @@ def param_groups(self: SharedEmbeddingNet) -> list:
 # %% ../nbs/03c_shared_backbone.ipynb #31a99af9
 @patch
 def weights_signature(self: SharedEmbeddingNet, k: int = 4) -> tuple:
-    "For each float tensor of the base's module that holds the deep layer (e.g. `backbone`): its dot products with `k` fixed random vectors, and its norm. Equal weights give equal numbers in any float type and on any device."
-    prefix, g, sig, norms = _split_name(self.high)[0].rpartition('.')[0], torch.Generator().manual_seed(0), [], []
+    "Per float tensor of the deep layer's module: `k` fixed random projections, and its norm."
+    prefix, g, sig, norms = (_split_name(self.high)[0].rpartition('.')[0],
+                             torch.Generator().manual_seed(0), [], [])
     for name, v in self.base.state_dict().items():
         if v.is_floating_point() and (not prefix or name.startswith(prefix + '.')):
             w = v.detach().reshape(-1).cpu().double()
-            sig.append([float(w @ torch.randn(len(w), generator=g).double()) for _ in range(k)]); norms.append(float(w.norm()))
+            sig.append([float(w @ torch.randn(len(w), generator=g).double()) for _ in range(k)])
+            norms.append(float(w.norm()))
     return sig, norms
 
 # %% ../nbs/03c_shared_backbone.ipynb #e73bb1ed
 @patch
 def base_layers(self: SharedEmbeddingNet, weights: bool = True) -> dict:
-    "What the embedder reads of its base model: the model's class, the layer names, their channels, the deep layer's stride, and with `weights` its `weights_signature`."
+    "What the embedder reads of its base: class, layers, channels, stride, `weights_signature`."
     low_ch, high_ch, high_stride = self._shapes
-    return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch, high_channels=high_ch, high_stride=high_stride,
+    return dict(model=type(self.base).__name__, low=self.low, high=self.high, low_channels=low_ch,
+                high_channels=high_ch, high_stride=high_stride,
                 **(dict(weights=self.weights_signature()[0]) if weights else {}))
 
 # %% ../nbs/03c_shared_backbone.ipynb #c8233581
 class BaseModelNeeded(ValueError):
-    "An embedder file that reads the features of a base model (`what`), loaded from `source` without that model."
-    prototypes = None   # a Refiner bundle's prototypes, which `Refiner.load` attaches: they can be checked before the model is at hand
+    "An embedder file that reads a base model's features (`what`), loaded from `source` without it."
+    prototypes = None   # a Refiner bundle's prototypes, attached by `Refiner.load`
     def __init__(self, source, what: str):
         store_attr()
-        super().__init__(f"{source} holds an embedder that reads the features of {what}: pass that model, as in load_embedder(path, base=model).")
+        super().__init__(f"{source} holds an embedder that reads the features of {what}: pass that "
+                         f"model, as in load_embedder(path, base=model).")
 
-SAME_WEIGHTS_TOL = 0.02   # the largest change of a base tensor, relative to its norm, still taken as the same weights (a cast, not retraining)
+SAME_WEIGHTS_TOL = 0.02   # the largest relative change of a base tensor taken as the same weights
 
 # %% ../nbs/03c_shared_backbone.ipynb #8b2f10cf
 def _weights_change(saved: list, sig: list, norms: list) -> float:
-    "The largest relative change of a tensor between two `weights_signature`s (`saved`, and `sig` with its `norms`): |δ| ≈ |Δ projections|/√k, over the larger of the two tensors' norms (the saved one's ≈ |its projections|/√k), which is zero only where both tensors are; inf when they differ in number."
+    "The largest relative change of a tensor between two `weights_signature`s (inf: other counts)."
     if len(saved) != len(sig) or any(len(a) != len(b) for a, b in zip(saved, sig)): return math.inf
     def change(a, b, n):
         d, scale = math.dist(a, b) / math.sqrt(len(a)), max(n, math.hypot(*a) / math.sqrt(len(a)))
-        return d / scale if scale > 0 else 0.                               # both zero: the same tensor
+        return d / scale if scale > 0 else 0.                   # both zero: the same tensor
     return max((change(a, b, n) for a, b, n in zip(saved, sig, norms)), default=0.)
 
 # %% ../nbs/03c_shared_backbone.ipynb #7550d0a4
 def _check_same_weights(saved: list, net, source):
-    "Refuse, naming `source`, a base model whose weights are not those the embedder was trained on (`saved`: their `weights_signature`)."
+    "Refuse, naming `source`, a base model whose weights differ from `saved` (`weights_signature`)."
     change = _weights_change(saved, *net.weights_signature())
     if change > SAME_WEIGHTS_TOL:
         raise ValueError(f"{source} was trained on a {type(net.base).__name__} with other weights ("
-                         + (f"a tensor differs by about {change:.0%} of its norm" if math.isfinite(change) else "another number of tensors")
-                         + "): its embeddings and prototypes would not match this model's features. Pass the base model the embedder "
-                         "was trained with, or train the embedder on this one.")
+                         + (f"a tensor differs by about {change:.0%} of its norm"
+                            if math.isfinite(change) else "another number of tensors")
+                         + "): its embeddings and prototypes would not match this model's "
+                         "features. Pass the base model the embedder was trained with, or train "
+                         "the embedder on this one.")
 
 # %% ../nbs/03c_shared_backbone.ipynb #53a42808
-def shared_from_state(d: dict, source: str = 'the embedder state', base: nn.Module | None = None) -> SharedEmbeddingNet:
-    "The `SharedEmbeddingNet` in `d` (from `embedder_state`, kind 'shared') rebuilt on `base`, in eval mode; a clear error without a matching `base`."
+def shared_from_state(d: dict, source: str = 'the embedder state',
+                      base: nn.Module | None = None) -> SharedEmbeddingNet:
+    "The `SharedEmbeddingNet` in `d` (from `embedder_state`) rebuilt on `base`, in eval mode."
     want = d.get('base') if isinstance(d.get('base'), dict) else {}
-    what = f"a {want.get('model', 'base model')}'s layers {want.get('low')!r} and {want.get('high')!r}"
+    what = (f"a {want.get('model', 'base model')}'s layers {want.get('low')!r} and "
+            f"{want.get('high')!r}")
     if base is None: raise BaseModelNeeded(source, what)
     base = _model_of(base)
     try: net = SharedEmbeddingNet(base, **d['config'])
-    except Exception as e: raise ValueError(f"{source} needs {what}, which this {type(base).__name__} does not give ({type(e).__name__}: {e})") from None
+    except Exception as e: raise ValueError(f"{source} needs {what}, which this "
+                                            f"{type(base).__name__} does not give "
+                                            f"({type(e).__name__}: {e})") from None
     got = net.base_layers(weights=False)
-    diff = [f"{k} {want[k]!r} (this model: {got[k]!r})" for k in ('low_channels', 'high_channels', 'high_stride') if k in want and want[k] != got[k]]
-    if diff: raise ValueError(f"{source} was trained on {what} with {', '.join(diff)}: pass the base model it was trained with.")
+    diff = [f"{k} {want[k]!r} (this model: {got[k]!r})"
+            for k in ('low_channels', 'high_channels', 'high_stride')
+            if k in want and want[k] != got[k]]
+    if diff: raise ValueError(f"{source} was trained on {what} with {', '.join(diff)}: pass the "
+                              f"base model it was trained with.")
     if isinstance(want.get('weights'), list): _check_same_weights(want['weights'], net, source)
     return _load_weights(net, d.get('state_dict'), source).eval()
 
 # %% ../nbs/03c_shared_backbone.ipynb #3a98b538
 class FeatureViews:
-    "Training items `(low, deep, mask, band)`: per view, per image, what `SharedEmbeddingNet.features` gave with the image's mask and band; reading item `i` draws one of image `i`'s views (Python's `random`)."
-    n_inp = 2                                                            # the model's inputs: the low and the deep feature
-    def __init__(self, views: list, mask_dtype: torch.dtype = torch.int64):  # views: lists of (low, deep, mask, band), one per image, in the same order
-        if not views or len({len(v) for v in views}) != 1: raise ValueError("FeatureViews needs one or more views with an item per image each.")
+    "Training items `(low, deep, mask, band)`: item `i`, one of image `i`'s views, drawn at random."
+    n_inp = 2                                                # the inputs: the low and deep features
+    def __init__(self, views: list, mask_dtype: torch.dtype = torch.int64):  # views: lists of items
+        if not views or len({len(v) for v in views}) != 1:
+            raise ValueError("FeatureViews needs one or more views with an item per image each.")
         store_attr()
     def __len__(self): return len(self.views[0])
     def __getitem__(self, i: int) -> tuple:
@@ -241,7 +285,7 @@ class FeatureViews:
 
 # %% ../nbs/03c_shared_backbone.ipynb #4f35ef51
 def _available_memory() -> int|None:
-    "Bytes of memory the system has available (Linux's MemAvailable), or None where that is not known."
+    "Bytes of memory the system has available (Linux's MemAvailable), or None where not known."
     try:
         for line in Path('/proc/meminfo').read_text().splitlines():
             if line.startswith('MemAvailable:'): return int(line.split()[1]) * 1024
@@ -253,79 +297,92 @@ def _item_bytes(item: tuple) -> int: return sum(t.numel() * t.element_size() for
 
 # %% ../nbs/03c_shared_backbone.ipynb #136ce7a4
 def _batch_items(net: SharedEmbeddingNet, x, mask, band, bf16: bool) -> list:
-    "Per image of the batch: (low, deep, mask, band) as `feature_views` keeps them, on the CPU (masks of classes 0-255 as uint8)."
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16): _, low, deep = net.features(_channels_last(x))
+    "Per image of the batch: (low, deep, mask, band) as `feature_views` keeps them, on the CPU."
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+        _, low, deep = net.features(_channels_last(x))
     if low.shape[-2:] != embedding_size(x):
-        raise ValueError(f"The low feature ({net.low!r}) is {tuple(low.shape[-2:])} for {tuple(x.shape[-2:])} images, not the embedding "
-                         f"size {embedding_size(x)}, so it cannot stand for the images: train without cached features.")
-    if not mask.is_floating_point() and 0 <= int(mask.min()) and int(mask.max()) < 256: mask = mask.to(torch.uint8)
-    return [tuple(t[j].cpu().clone() for t in (low, deep, mask, band.bool())) for j in range(len(x))]
+        raise ValueError(f"The low feature ({net.low!r}) is {tuple(low.shape[-2:])} for "
+                         f"{tuple(x.shape[-2:])} images, not the embedding size "
+                         f"{embedding_size(x)}, so it cannot stand for the images: train without "
+                         f"cached features.")
+    if not mask.is_floating_point() and 0 <= int(mask.min()) and int(mask.max()) < 256:
+        mask = mask.to(torch.uint8)
+    return [tuple(t[j].cpu().clone() for t in (low, deep, mask, band.bool()))
+            for j in range(len(x))]
 
 # %% ../nbs/03c_shared_backbone.ipynb #a5ca82ad
 @torch.no_grad()
 def feature_views(net: SharedEmbeddingNet,  # the embedder whose base model gives the features
-                  dl,                      # DataLoader of (image, mask, band) batches; read in its order, `views` times
+                  dl,                      # DataLoader of (image, mask, band) batches
                   views: int = 1,          # passes over `dl`
-                  bf16: bool = False,      # compute the features under bfloat16 autocast, as `BF16Training` does
-                  seed: int = 0,           # seed of the passes' augmentations (the run's random states are left as they were)
-                  max_memory: float = 0.8  # refuse views that would take more than this fraction of the available memory
+                  bf16: bool = False,      # compute the features under bfloat16 autocast
+                  seed: int = 0,           # seed of the passes' augmentations
+                  max_memory: float = 0.8  # most of the available memory the views may take
                  ) -> FeatureViews:
-    "The base model's features (`net.features`) of every image of `views` passes over `dl`, with their masks and bands, on the CPU."
+    "The base model's features of every image of `views` passes over `dl`, with masks and bands."
     views, n, out, mdt = as_int(views, 'views', 1), len(dl.dataset), [], torch.int64
     with no_random(seed):
         for v in range(views):
             items = []
             for x, mask, band in dl:
                 mdt = mask.dtype; items += _batch_items(net, x, mask, band, bf16)
-                if v == 0 and len(items) == len(x): _check_memory(_item_bytes(items[0]) * n * views, views, n, max_memory)
+                if v == 0 and len(items) == len(x):
+                    _check_memory(_item_bytes(items[0]) * n * views, views, n, max_memory)
             out.append(items)
     return FeatureViews(out, mdt)
 
 # %% ../nbs/03c_shared_backbone.ipynb #98de8c2b
 def _check_memory(need: int, views: int, n: int, max_memory: float):
-    "Refuse `views` cached views of `n` images taking `need` bytes, more than `max_memory` of the available memory (where it is known)."
+    "Refuse `views` cached views of `n` images of `need` bytes, over `max_memory` of what is free."
     free = _available_memory()
     if free is not None and need > max_memory * free:
-        raise MemoryError(f"{views} cached view(s) of {n} images take about {need / 2**30:.1f} GiB, more than {max_memory:g} "
-                          f"of the {free / 2**30:.1f} GiB available: use fewer views, smaller images, or no cached features.")
+        raise MemoryError(f"{views} cached view(s) of {n} images take about {need / 2**30:.1f} "
+                          f"GiB, more than {max_memory:g} of the {free / 2**30:.1f} GiB available: "
+                          f"use fewer views, smaller images, or no cached features.")
 
 # %% ../nbs/03c_shared_backbone.ipynb #6be9df08
 class FeatureCache(Callback):
-    "Train a `SharedEmbeddingNet` on its base model's features of `views` augmented passes over the training images (`feature_views`), computed at the first fit; `learn.dls` is the image DataLoaders again after each fit."
-    order = -20                                                          # before the model moves to the data's device, and before the batches
-    def __init__(self, views: int = 8, bf16: bool = False, seed: int = 0): store_attr(); self.cached = None
+    "Train a `SharedEmbeddingNet` on cached base features of `views` augmented passes."
+    order = -20                                      # before the model moves and the batches
+    def __init__(self, views: int = 8, bf16: bool = False, seed: int = 0):
+        store_attr(); self.cached = None
     def before_fit(self):
         if not isinstance(self.learn.model, SharedEmbeddingNet):
-            raise TypeError(f"FeatureCache trains an embedder on a base model's features, not a {type(self.learn.model).__name__}: "
-                            "build the learner with refine_learner(dls, base=model).")
+            raise TypeError(f"FeatureCache trains an embedder on a base model's features, not a "
+                            f"{type(self.learn.model).__name__}: build the learner with "
+                            "refine_learner(dls, base=model).")
         if self.cached is None: self.cached = self._cache(self.learn.dls)
-        if self.learn.dls is not self.cached: self.images = self.learn.dls   # else a fit that raised left them in place
+        if self.learn.dls is not self.cached: self.images = self.learn.dls   # else left by a raise
         self._hand_over(self.images, self.cached)
         self.learn.dls = self.cached
     def after_fit(self): self._hand_over(self.cached, self.images); self.learn.dls = self.images
 
     def _hand_over(self, src: DataLoaders, dst: DataLoaders):
-        "Give `dst`'s loaders the shuffling generators of `src`'s (fastai makes a new one each epoch): one stream, which checkpoints save."
+        "Give `dst`'s loaders the shuffling generators of `src`'s: one stream, as checkpoints save."
         for new, old in zip(dst.loaders, src.loaders): new.rng = old.rng
 
     def _cache(self, dls) -> DataLoaders:
-        "DataLoaders of the features of `dls`' images, batched and shuffled as `dls` are; made without drawing from the run's random states."
+        "DataLoaders of the features of `dls`' images, batched and shuffled as `dls` are."
         net = self.learn.model.to(dls.device) if dls.device is not None else self.learn.model
-        with no_random(self.seed):                                       # new loaders draw seeds of their own
-            tr = feature_views(net, dls.train.new(shuffle=False, drop_last=False), self.views, self.bf16, self.seed)
+        with no_random(self.seed):                                # new loaders draw their own seeds
+            tr = feature_views(net, dls.train.new(shuffle=False, drop_last=False), self.views,
+                               self.bf16, self.seed)
             va = feature_views(net, dls.valid, 1, self.bf16, self.seed)
-            return DataLoaders(*(TfmdDL(fv, bs=dl.bs, shuffle=dl.shuffle, drop_last=dl.drop_last, num_workers=0, device=dls.device)
-                                   for fv, dl in ((tr, dls.train), (va, dls.valid))), path=dls.path, device=dls.device)
+            return DataLoaders(*(TfmdDL(fv, bs=dl.bs, shuffle=dl.shuffle, drop_last=dl.drop_last,
+                                        num_workers=0, device=dls.device)
+                                 for fv, dl in ((tr, dls.train), (va, dls.valid))), path=dls.path,
+                               device=dls.device)
 
 # %% ../nbs/03c_shared_backbone.ipynb #b3a42020
 def reads_base(embedder, base) -> bool:
-    "Whether `embedder` (a module or a Learner) is a `SharedEmbeddingNet` that reads the features of the model `base` (a module or a Learner)."
+    "Whether `embedder` is a `SharedEmbeddingNet` that reads the features of the model `base`."
     net, base = _model_of(embedder), _model_of(base)
-    return isinstance(base, nn.Module) and hasattr(net, 'forward_with_base') and getattr(net, 'base', None) is base   # any embedder with `forward_with_base` on that base
+    return (isinstance(base, nn.Module) and hasattr(net, 'forward_with_base')
+            and getattr(net, 'base', None) is base)   # any embedder with `forward_with_base` on it
 
 # %% ../nbs/03c_shared_backbone.ipynb #9f14f459
 def embed_with_base(embedder, base: nn.Module, x: torch.Tensor) -> tuple:
-    "(the base model's logits (B,M,H,W), the embeddings (B,C,h,w)) of images `x`, each model reading them on its own device: one base forward when `reads_base(embedder, base)`."
+    "(the base's logits (B,M,H,W), the embeddings (B,C,h,w)) of `x`: one base forward if it can."
     net = _model_of(embedder)
     if reads_base(net, base): out, emb = net.forward_with_base(x.to(_device_of(net)))
     else: b = _model_of(base); out, emb = b(x.to(_device_of(b))), net(x.to(_device_of(net)))
