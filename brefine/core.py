@@ -22,20 +22,24 @@ def default_device() -> torch.device:
 
 # %% ../nbs/00_core.ipynb #56b8cd9e
 def _as_device(device, name: str = 'device') -> torch.device:
-    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a `torch.device` this machine has; else an error naming `name` and the fix."
+    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a device this machine has."
     if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, torch.device, numbers.Integral)):
-        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a torch.device, or a GPU index; got {device!r} "
+        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a "
+                        f"torch.device, or a GPU index; got {device!r} "
                         f"({type(device).__name__}).")
     try: dev = torch.device(int(device) if isinstance(device, numbers.Integral) else device)
     except (RuntimeError, ValueError, TypeError) as e:
-        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', 'cuda:1' or 'mps'.") from None
+        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', "
+                         "'cuda:1' or 'mps'.") from None
     fix = f"pass {name}='cpu', or leave it out for the default device (here {default_device()})."
     if dev.type == 'cuda':
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none on this machine "
+        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none "
+                                   "on this machine "
                                    f"(torch.cuda.is_available() is False): {fix}")
         if dev.index is not None and dev.index >= n:
-            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine has {n} (cuda:0 to cuda:{n - 1}): "
+            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine "
+                             f"has {n} (cuda:0 to cuda:{n - 1}): "
                              f"pass one of those, or {name}='cpu'.")
     elif dev.type == 'mps':
         mps = getattr(torch.backends, 'mps', None)
@@ -54,7 +58,7 @@ def to_numpy(x) -> np.ndarray:
 
 # %% ../nbs/00_core.ipynb #183e0765
 def _model_of(model):
-    "Your module in `model`: a fastai Learner's `.model`, a DDP wrapper's `.module`, else `model` itself (never a module's own `.model`)."
+    "Your module in `model`: a Learner's `.model`, a DDP wrapper's `.module`, else `model` itself."
     from fastai.learner import Learner
     m = model.model if isinstance(model, Learner) else model
     return m.module if isinstance(m, torch.nn.parallel.DistributedDataParallel) else m
@@ -76,14 +80,22 @@ def _load_weights(net: torch.nn.Module, sd, source) -> torch.nn.Module:
     wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor) or sd[k].shape != want[k].shape)]
     kind = [k for k in want if k in sd and k not in wrong and sd[k].is_floating_point() != want[k].is_floating_point()]
     nan = [k for k in want if k in sd and k not in wrong + kind and sd[k].is_floating_point() and not sd[k].is_meta and not torch.isfinite(sd[k]).all()]
-    why = ([f"it lacks the weights {name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
-          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]] + \
-          [f"{k!r} holds {str(sd[k].dtype)[6:]} values where the model has {str(want[k].dtype)[6:]}" for k in kind[:3]]
-    if nan and not why: raise ValueError(f"{source} holds NaN or inf weights ({name(nan)}): it is from a training run that diverged, or "
-                                         "damaged. Train again (a lower learning rate), or use an earlier checkpoint.")
-    if why: raise ValueError(f"{source} does not match its own config: {'; '.join(why)}. Save it again.")
+    why = (["it lacks the weights "
+            f"{name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
+          [f"{k!r} is {shape(sd[k])} where the model has "
+           f"{tuple(want[k].shape)}" for k in wrong[:3]] + \
+          [f"{k!r} holds {str(sd[k].dtype)[6:]} values where the model has "
+           f"{str(want[k].dtype)[6:]}" for k in kind[:3]]
+    if nan and not why: raise ValueError(f"{source} holds NaN or inf weights ({name(nan)}): it is "
+                                         "from a training run that diverged, or "
+                                         "damaged. Train again (a lower learning rate), or use an "
+                                         "earlier checkpoint.")
+    if why: raise ValueError(f"{source} does not match its own config: "
+                             f"{'; '.join(why)}. Save it again.")
     try: net.load_state_dict(sd)
-    except Exception as e: raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
+    except Exception as e: raise ValueError(f"{source} does not match its own config "
+                                            f"({type(e).__name__}: "
+                                            f"{str(e).splitlines()[0]}). Save it again.") from None
     return net
 
 # %% ../nbs/00_core.ipynb #d324b9b1
@@ -94,13 +106,14 @@ def _embedding(out, where: str = '') -> torch.Tensor:
     what = (f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else
             f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list)) else
             f"a dict with keys {list(out)}" if isinstance(out, dict) else f"a {type(out).__name__}")
-    raise TypeError(f"The embedder must return a tensor (B,C,h,w) of pixel embeddings, got {what}{where}. A model with several "
-                    "outputs must return features (B,C,h,w) as one tensor (or a dict with 'out'): wrap it in a module whose "
+    raise TypeError("The embedder must return a tensor (B,C,h,w) of pixel embeddings, got "
+                    f"{what}{where}. A model with several outputs must return features (B,C,h,w) "
+                    "as one tensor (or a dict with 'out'): wrap it in a module whose "
                     "forward returns the feature map only.")
 
 # %% ../nbs/00_core.ipynb #61e3d610
 def _plain(t) -> torch.Tensor:
-    "`t` as a plain `torch.Tensor` (fastai's `TensorImage`, `TensorMask`, ... dispatch differently and do not mix in indexing)."
+    "`t` as a plain `torch.Tensor` (fastai's tensor subclasses do not mix in indexing)."
     t = torch.as_tensor(t)
     return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
 
@@ -132,13 +145,15 @@ def _bounds(lo, hi) -> str:
 def as_int(v, name: str, lo: int|None = None, hi: int|None = None, hint: str = '') -> int:
     "`v` as a Python int when it is a whole number (int or numpy integer, never a bool) in [`lo`, `hi`]; else an error naming `name`."
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {v!r} ({type(v).__name__}).{hint}")
+        raise TypeError(f"{name} must be a whole number (int), got {v!r} "
+                        f"({type(v).__name__}).{hint}")
     v = int(v)
     if (lo is not None and v < lo) or (hi is not None and v > hi): raise ValueError(f"{name} must be {_bounds(lo, hi)}, got {v}.{hint}")
     return v
 
 # %% ../nbs/00_core.ipynb #7bd870a5
-def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: str = '', below_hi: bool = False) -> float:
+def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: str = '',
+             below_hi: bool = False) -> float:
     "`v` as a Python float when it is a real number (Python or numpy, never a bool or NaN) in [`lo`, `hi`] (`hi` excluded with `below_hi`)."
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).{hint}")
@@ -153,19 +168,24 @@ def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: s
 def _replaced(cls, obj, overrides: dict, arg: str, what: str, example: str):
     "`obj` (a `cls` dataclass, or None for `cls()`) with the single `overrides` given by name; another type, or a name `cls` lacks, is refused naming `arg` and the `what`s there are."
     if obj is not None and not isinstance(obj, cls):
-        raise TypeError(f"{arg} must be a {cls.__name__}, got {obj!r}; pass single {what}s by name, e.g. {example}.")
+        raise TypeError(f"{arg} must be a {cls.__name__}, got {obj!r}; pass single {what}s by "
+                        f"name, e.g. {example}.")
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(overrides) - set(names))
-    if unknown: raise TypeError(f"Unknown {what}(s) {', '.join(unknown)}: the {what}s are {', '.join(names)}.")
+    if unknown: raise TypeError(f"Unknown {what}(s) {', '.join(unknown)}: the {what}s are "
+                                f"{', '.join(names)}.")
     return dataclasses.replace(obj if obj is not None else cls(), **overrides)
 
 # %% ../nbs/00_core.ipynb #7efc0dcb
 def _write_error(e: OSError, path: Path) -> OSError:
     "`e` (from writing `path`) as an error that names the file and the fix."
-    why = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "the disk quota is exceeded: free some space",
-           errno.EACCES: "permission denied: choose a folder you can write to", errno.EPERM: "permission denied: choose a folder you can write to",
+    why = {errno.ENOSPC: "the disk is full: free some space",
+           errno.EDQUOT: "the disk quota is exceeded: free some space",
+           errno.EACCES: "permission denied: choose a folder you can write to",
+           errno.EPERM: "permission denied: choose a folder you can write to",
            errno.EROFS: "the file system is read-only: choose another folder",
-           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a file (one inside that folder, if you like)"}.get(e.errno)
+           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a "
+                         "file (one inside that folder, if you like)"}.get(e.errno)
     if why is None: return e
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
@@ -173,7 +193,7 @@ _UMASK_LOCK = threading.Lock()
 
 # %% ../nbs/00_core.ipynb #fa32f031
 def _umask() -> int:
-    "The process's umask: read from /proc/self/status on Linux, else set and put back at once, under a lock."
+    "The process's umask: from /proc/self/status on Linux, else set and put back under a lock."
     with contextlib.suppress(OSError, ValueError):
         for line in Path('/proc/self/status').read_text().splitlines():
             if line.startswith('Umask:'): return int(line.split()[1], 8)
@@ -186,10 +206,12 @@ def _umask() -> int:
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
     "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
     path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp, next to `path`
-    if path.is_dir(): raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)), path)
+    if path.is_dir(): raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)),
+                                         path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
+        fd, tmp = tempfile.mkstemp(dir=path.parent,
+                                   prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
     except OSError as e: raise _write_error(e, path) from None
     try:
         with os.fdopen(fd, mode) as f:
@@ -227,7 +249,7 @@ def _content_digest(obj) -> str:
 
 # %% ../nbs/00_core.ipynb #75d995ad
 def _with_digest(d: dict) -> dict:
-    "`d` with the SHA-256 of its content under `_DIGEST_KEY` (any digest it held replaced), for `_check_digest` to verify when it is read back."
+    "`d` with the SHA-256 of its content under `_DIGEST_KEY`, replacing any digest it held."
     d = {k: v for k, v in d.items() if k != _DIGEST_KEY}
     return dict(d, **{_DIGEST_KEY: _content_digest(d)})
 
@@ -237,18 +259,21 @@ def _check_digest(d, source, fix: str):
     if not isinstance(d, dict) or _DIGEST_KEY not in d: return d
     d = dict(d); want = d.pop(_DIGEST_KEY)
     if want != _content_digest(d):
-        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not match the SHA-256 saved with it), "
+        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not "
+                         "match the SHA-256 saved with it), "
                          f"from a flipped bit on disk, a copy cut short or an edit. {fix}")
     return d
 
 # %% ../nbs/00_core.ipynb #1f46c184
 def atomic_save(obj, path) -> Path:
-    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it; a dict is saved with the digest of its content."
-    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)   # a dict: with its digest
+    "`torch.save(obj, path)` atomically, and only when `safe_load` can read the result back."
+    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)
     try: torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     except Exception as e:
-        raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe loader refuses "
-                        f"({str(e).splitlines()[0]}). Store only tensors, numbers, strings, lists and dicts.") from None
+        raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe "
+                        "loader refuses "
+                        f"({str(e).splitlines()[0]}). Store only tensors, numbers, strings, "
+                        "lists and dicts.") from None
     with atomic_write(path, 'wb') as f: f.write(buf.getbuffer())
     return Path(path)
 
@@ -261,13 +286,18 @@ def safe_load(path, what: str = 'file', map_location='cpu'):
     try: obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'unsupported global' not in str(e).lower():   # not a request to build objects: garbage or a truncated file
-            raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt (UnpicklingError: "
+            raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt "
+                             "(UnpicklingError: "
                              f"{str(e).splitlines()[0]}). Re-create it.") from None
-        raise ValueError(f"{path} is not a safe brefine {what}: it asks to run code or build objects that brefine "
-                         f"never writes, so it was refused and nothing in it was executed. Only load files you "
+        raise ValueError(f"{path} is not a safe brefine {what}: it asks to run code or build "
+                         "objects that brefine never writes, so it was refused and nothing in it "
+                         "was executed. Only load files you "
                          f"created with brefine. ({str(e).splitlines()[0]})") from None
     except PermissionError as e: raise PermissionError(f"{what} {path} cannot be read ({e.strerror}): check its permissions.") from None
     except Exception as e:            # garbage makes the legacy unpickler fail in many ways (EOFError, IndexError, KeyError ...)
-        raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create it.") from None
-    return _check_digest(obj, f"{what} {path}", "Re-create it, or copy it again from where it came from.")
+        raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt "
+                         f"({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create "
+                         "it.") from None
+    return _check_digest(obj, f"{what} {path}",
+                         "Re-create it, or copy it again from where it came from.")
