@@ -36,8 +36,8 @@ def _class_names(names, n: int) -> list|None:
     if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one "
                                          "name per class.")
     twice = next((o for o in names if names.count(o) > 1), None)
-    if twice is not None: raise ValueError(f"names holds {twice!r} twice: each class "
-                                           "needs its own name.")
+    if twice is not None:
+        raise ValueError(f"names holds {twice!r} twice: each class needs its own name.")
     return [str(o) for o in names]
 
 # %% ../nbs/04_prototypes.ipynb #61944f5e
@@ -54,11 +54,12 @@ def _channel_stat(v, name: str) -> tuple|None:
     if any(o > 1 for o in vals):
         raise ValueError(f"{name}={vals} is on the 0..255 scale, but image statistics must be on "
                          "the 0..1 scale: divide them by 255.")
-    if name == 'std' and min(vals) <= 0: raise ValueError("std must be > 0 for every channel "
-                                                          "(images are divided by "
-                                                          f"it), got {vals}.")
-    if name == 'mean' and min(vals) < 0: raise ValueError("mean must be between 0 and 1 for every "
-                                                          f"channel (0..1 scale), got {vals}.")
+    if name == 'std' and min(vals) <= 0:
+        raise ValueError(f"std must be > 0 for every channel (images are divided by it), got "
+                         f"{vals}.")
+    if name == 'mean' and min(vals) < 0:
+        raise ValueError(f"mean must be between 0 and 1 for every channel (0..1 scale), got "
+                         f"{vals}.")
     return vals
 
 # %% ../nbs/04_prototypes.ipynb #fe7ad371
@@ -98,20 +99,20 @@ class Prototypes:
                  ignore_index: int|None = None,
                  fingerprint: str|None = None):  # its embedder's `embedder_fingerprint`
         vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), _pixel_counts(counts)
-        if vectors.ndim != 2 or 0 in vectors.shape: raise ValueError("Prototype vectors must be "
-                                                                     "(classes, emb_dim), at least "
-                                                                     "one of each, got shape "
-                                                                     f"{tuple(vectors.shape)}.")
+        if vectors.ndim != 2 or 0 in vectors.shape:
+            raise ValueError("Prototype vectors must be (classes, emb_dim), at least one of each, "
+                             f"got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
             raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got "
                              f"shape {tuple(counts.shape)}.")
-        if (counts < 0).any(): raise ValueError("counts are numbers of pixels and must be >= 0, "
-                                                f"got {counts.min().item()}.")
+        if (counts < 0).any():
+            raise ValueError("counts are numbers of pixels and must be >= 0, got "
+                             f"{counts.min().item()}.")
         present = counts > 0
         if not torch.isfinite(vectors[present]).all():
             raise ValueError("Prototype vectors contain NaN or inf: the embedder produced "
-                             "non-finite features. "
-                             "Check its weights and inputs, then extract the prototypes again.")
+                             "non-finite features. Check its weights and inputs, then extract the "
+                             "prototypes again.")
         self.vectors = torch.where(present[:, None], vectors, torch.zeros_like(vectors))
         self.counts, self.names = counts, _class_names(names, vectors.shape[0])
         self.train_radius = as_int(train_radius, 'train_radius', lo=0)
@@ -162,12 +163,10 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
     v = d.get('version')
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{path} is a damaged prototypes file: its format version is {v!r} "
-                         f"({type(v).__name__}), not a whole number. "
-                         "Extract the prototypes again.")
+                         f"({type(v).__name__}), not a whole number. Extract the prototypes again.")
     if v > PROTOTYPES_VERSION:
         raise ValueError(f"{path} has prototypes format version {v}, newer than this brefine reads "
-                         f"({PROTOTYPES_VERSION}). "
-                         "Upgrade brefine: `pip install -U brefine`.")
+                         f"({PROTOTYPES_VERSION}). Upgrade brefine: `pip install -U brefine`.")
     for k in ('vectors', 'counts'):
         if not isinstance(d.get(k), torch.Tensor):
             raise ValueError(f"{path} is a damaged prototypes file: "
@@ -190,9 +189,9 @@ def _proto_from_state(d, path='<state>') -> Prototypes:
 @patch
 def save(self: Prototypes, path) -> Path:
     "Write the prototypes to `path` atomically (the old file survives a crash mid-write)."
-    if not isinstance(path, (str, os.PathLike)): raise TypeError("path must be a file path (a str "
-                                                                 f"or Path), got {path!r:.80} "
-                                                                 f"({type(path).__name__}).")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (a str or Path), got {path!r:.80} "
+                        f"({type(path).__name__}).")
     return atomic_save(_proto_state(self), path)
 
 # %% ../nbs/04_prototypes.ipynb #21425773
@@ -254,16 +253,15 @@ RAW_LIMIT = 20.   # the largest |value| of normalised images, unless their stati
 
 def _check_batch(imgs, masks, i: int, mean=None, std=None):
     "Refuse batch `i` if its `masks` do not fit its `imgs`, or its images look like 0..255 pixels."
-    if masks.shape[0] != imgs.shape[0]: raise ValueError(f"Batch {i} holds {imgs.shape[0]} images "
-                                                         f"but {masks.shape[0]} masks: pass one "
-                                                         "mask per image.")
+    if masks.shape[0] != imgs.shape[0]:
+        raise ValueError(f"Batch {i} holds {imgs.shape[0]} images but {masks.shape[0]} masks: pass "
+                         "one mask per image.")
     if masks.shape[-2:] != imgs.shape[-2:]:
         raise ValueError(f"Batch {i}: the masks are {tuple(masks.shape[-2:])} (height, width) but "
                          f"the images are {tuple(imgs.shape[-2:])}: each mask must label its "
                          "image's pixels. Resize the masks to their images' size "
-                         "(nearest-neighbour, so "
-                         "labels stay labels), or build the batches with brefine.data's loaders, "
-                         "which keep them together.")
+                         "(nearest-neighbour, so labels stay labels), or build the batches with "
+                         "brefine.data's loaders, which keep them together.")
     top = float(imgs.abs().amax()) if imgs.numel() else 0.
     bound = 3. if mean is None else max(3., *(max(1 - m, m) / s for m, s in zip(mean, std)))
     if top > max(RAW_LIMIT, 2 * bound):
