@@ -22,28 +22,37 @@ def default_device() -> torch.device:
 
 # %% ../nbs/00_core.ipynb #56b8cd9e
 def _as_device(device, name: str = 'device') -> torch.device:
-    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a `torch.device` this machine has; else an error naming `name` and the fix."
-    if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, torch.device, numbers.Integral)):
-        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a torch.device, or a GPU index; got {device!r} "
-                        f"({type(device).__name__}).")
+    "`device` (a `torch.device`, a string like 'cuda:1', or a GPU index) as a device here."
+    if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, torch.device,
+                                                                       numbers.Integral)):
+        raise TypeError(f"{name} must be a device: a string like 'cpu' or 'cuda:0', a "
+                        f"torch.device, or a GPU index; got {device!r} ({type(device).__name__}).")
     try: dev = torch.device(int(device) if isinstance(device, numbers.Integral) else device)
     except (RuntimeError, ValueError, TypeError) as e:
-        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', 'cuda:1' or 'mps'.") from None
+        raise ValueError(f"{name}={device!r} is not a device ({e}): pass 'cpu', 'cuda', "
+                         "'cuda:1' or 'mps'.") from None
     fix = f"pass {name}='cpu', or leave it out for the default device (here {default_device()})."
     if dev.type == 'cuda':
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none on this machine "
-                                   f"(torch.cuda.is_available() is False): {fix}")
+        if not n: raise ValueError(f"{name}={device!r} asks for a CUDA GPU, but torch finds none "
+                                   f"on this machine (torch.cuda.is_available() is False): {fix}")
         if dev.index is not None and dev.index >= n:
-            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine has {n} (cuda:0 to cuda:{n - 1}): "
-                             f"pass one of those, or {name}='cpu'.")
+            raise ValueError(f"{name}={device!r} asks for CUDA GPU {dev.index}, but this machine "
+                             f"has {n} (cuda:0 to cuda:{n - 1}): pass one of those, or "
+                             f"{name}='cpu'.")
     elif dev.type == 'mps':
         mps = getattr(torch.backends, 'mps', None)
-        if mps is None or not mps.is_available(): raise ValueError(f"{name}={device!r} asks for Apple's MPS, which this machine does not have: {fix}")
-    elif dev.type == 'meta': raise ValueError(f"{name}='meta' is a device that holds no data: a model moved there loses its weights. Pass 'cpu' or a GPU.")
+        if mps is None or not mps.is_available():
+            raise ValueError(f"{name}={device!r} asks for Apple's MPS, which this machine does not "
+                             f"have: {fix}")
+    elif dev.type == 'meta':
+        raise ValueError(f"{name}='meta' is a device that holds no data: a model moved there loses "
+                         "its weights. Pass 'cpu' or a GPU.")
     elif dev.type != 'cpu':
         try: torch.empty(0, device=dev)
-        except Exception as e: raise ValueError(f"{name}={device!r} is not a device this machine can use ({type(e).__name__}: {e}): {fix}") from None
+        except Exception as e:
+            raise ValueError(f"{name}={device!r} is not a device this machine can use "
+                             f"({type(e).__name__}: {e}): {fix}") from None
     return dev
 
 # %% ../nbs/00_core.ipynb #c2e36bb5
@@ -54,7 +63,7 @@ def to_numpy(x) -> np.ndarray:
 
 # %% ../nbs/00_core.ipynb #183e0765
 def _model_of(model):
-    "Your module in `model`: a fastai Learner's `.model`, a DDP wrapper's `.module`, else `model` itself (never a module's own `.model`)."
+    "Your module in `model`: a Learner's `.model`, a DDP wrapper's `.module`, else `model` itself."
     from fastai.learner import Learner
     m = model.model if isinstance(model, Learner) else model
     return m.module if isinstance(m, torch.nn.parallel.DistributedDataParallel) else m
@@ -67,46 +76,61 @@ def _device_of(model, default='cpu') -> torch.device:
 
 # %% ../nbs/00_core.ipynb #bad95bfa
 def _load_weights(net: torch.nn.Module, sd, source) -> torch.nn.Module:
-    "`net` with the weights `sd` (a state_dict) loaded when they fit it: the same names, each a tensor of its shape; else a ValueError naming `source`."
+    "`net` with the weights `sd` (a state_dict) loaded if names and shapes fit; else an error."
     want = net.state_dict()
-    if not isinstance(sd, dict): raise ValueError(f"{source} is damaged: its weights (state_dict) are a {type(sd).__name__}, not a dict of tensors. Save it again.")
-    name = lambda ks: ', '.join(map(repr, ks[:3])) + (f' and {len(ks) - 3} more' if len(ks) > 3 else '')
+    if not isinstance(sd, dict):
+        raise ValueError(f"{source} is damaged: its weights (state_dict) are a "
+                         f"{type(sd).__name__}, not a dict of tensors. Save it again.")
+    name = lambda ks: (', '.join(map(repr, ks[:3]))
+                       + (f' and {len(ks) - 3} more' if len(ks) > 3 else ''))
     shape = lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else f'a {type(v).__name__}'
     missing, extra = [k for k in want if k not in sd], [k for k in sd if k not in want]
-    wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor) or sd[k].shape != want[k].shape)]
-    kind = [k for k in want if k in sd and k not in wrong and sd[k].is_floating_point() != want[k].is_floating_point()]
-    nan = [k for k in want if k in sd and k not in wrong + kind and sd[k].is_floating_point() and not sd[k].is_meta and not torch.isfinite(sd[k]).all()]
-    why = ([f"it lacks the weights {name(missing)}"] if missing else []) + ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
-          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}" for k in wrong[:3]] + \
-          [f"{k!r} holds {str(sd[k].dtype)[6:]} values where the model has {str(want[k].dtype)[6:]}" for k in kind[:3]]
-    if nan and not why: raise ValueError(f"{source} holds NaN or inf weights ({name(nan)}): it is from a training run that diverged, or "
-                                         "damaged. Train again (a lower learning rate), or use an earlier checkpoint.")
-    if why: raise ValueError(f"{source} does not match its own config: {'; '.join(why)}. Save it again.")
+    wrong = [k for k in want if k in sd and (not isinstance(sd[k], torch.Tensor)
+                                              or sd[k].shape != want[k].shape)]
+    kind = [k for k in want if k in sd and k not in wrong
+            and sd[k].is_floating_point() != want[k].is_floating_point()]
+    nan = [k for k in want if k in sd and k not in wrong + kind and sd[k].is_floating_point()
+           and not sd[k].is_meta and not torch.isfinite(sd[k]).all()]
+    why = ([f"it lacks the weights {name(missing)}"] if missing else []) + \
+          ([f"it holds weights the model does not have: {name(extra)}"] if extra else []) + \
+          [f"{k!r} is {shape(sd[k])} where the model has {tuple(want[k].shape)}"
+           for k in wrong[:3]] + \
+          [f"{k!r} holds {str(sd[k].dtype)[6:]} values where the model has {str(want[k].dtype)[6:]}"
+           for k in kind[:3]]
+    if nan and not why: raise ValueError(f"{source} holds NaN or inf weights ({name(nan)}): it is "
+                                         "from a training run that diverged, or damaged. Train "
+                                         "again (a lower learning rate), or use an earlier "
+                                         "checkpoint.")
+    if why: raise ValueError(f"{source} does not match its own config: "
+                             f"{'; '.join(why)}. Save it again.")
     try: net.load_state_dict(sd)
-    except Exception as e: raise ValueError(f"{source} does not match its own config ({type(e).__name__}: {str(e).splitlines()[0]}). Save it again.") from None
+    except Exception as e:
+        raise ValueError(f"{source} does not match its own config ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}). Save it again.") from None
     return net
 
 # %% ../nbs/00_core.ipynb #d324b9b1
 def _embedding(out, where: str = '') -> torch.Tensor:
-    "The feature map (B,C,h,w) in an embedder's output `out` (a tensor, or a dict's 'out'); else a TypeError saying what came `where`."
+    "The feature map (B,C,h,w) in an embedder's output `out` (or a dict's 'out'); else an error."
     if isinstance(out, dict) and 'out' in out: out = out['out']
     if isinstance(out, torch.Tensor) and out.ndim == 4: return out
     what = (f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else
             f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list)) else
             f"a dict with keys {list(out)}" if isinstance(out, dict) else f"a {type(out).__name__}")
-    raise TypeError(f"The embedder must return a tensor (B,C,h,w) of pixel embeddings, got {what}{where}. A model with several "
-                    "outputs must return features (B,C,h,w) as one tensor (or a dict with 'out'): wrap it in a module whose "
+    raise TypeError("The embedder must return a tensor (B,C,h,w) of pixel embeddings, got "
+                    f"{what}{where}. A model with several outputs must return features (B,C,h,w) "
+                    "as one tensor (or a dict with 'out'): wrap it in a module whose "
                     "forward returns the feature map only.")
 
 # %% ../nbs/00_core.ipynb #61e3d610
 def _plain(t) -> torch.Tensor:
-    "`t` as a plain `torch.Tensor` (fastai's `TensorImage`, `TensorMask`, ... dispatch differently and do not mix in indexing)."
+    "`t` as a plain `torch.Tensor` (fastai's tensor subclasses do not mix in indexing)."
     t = torch.as_tensor(t)
     return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
 
 # %% ../nbs/00_core.ipynb #211f9fc1
 def _norm_stats(data) -> tuple:
-    "The (mean, std) of the fastai `Normalize` transform in `data`'s `after_batch` pipeline, or (None, None)."
+    "The (mean, std) of the fastai `Normalize` in `data`'s `after_batch` pipeline, or (None, None)."
     for tfm in getattr(getattr(data, 'after_batch', None), 'fs', []):
         if type(tfm).__name__ == 'Normalize' and getattr(tfm, 'mean', None) is not None:
             return tuple(tfm.mean.flatten().tolist()), tuple(tfm.std.flatten().tolist())
@@ -116,12 +140,14 @@ def _norm_stats(data) -> tuple:
 def _stats_text(mean, std) -> str:
     "How images are normalised, in words: with `mean` and `std` rounded, or not at all."
     r = lambda v: '(' + ', '.join(f'{x:.3g}' for x in v) + ')'
-    return 'not normalised (pixels 0..1)' if mean is None else f'normalised with mean {r(mean)} and std {r(std)}'
+    return ('not normalised (pixels 0..1)' if mean is None
+            else f'normalised with mean {r(mean)} and std {r(std)}')
 
 # %% ../nbs/00_core.ipynb #cbd38008
 def _same_stats(a: tuple, b: tuple) -> bool:
     "Whether the normalisations `a` and `b` = (mean, std), each None for none, are the same."
-    return (a[0] is None) == (b[0] is None) and (a[0] is None or np.allclose(a, b, rtol=1e-5, atol=1e-7))
+    return (a[0] is None) == (b[0] is None) and (a[0] is None
+                                                  or np.allclose(a, b, rtol=1e-5, atol=1e-7))
 
 # %% ../nbs/00_core.ipynb #ee29b5f4
 def _bounds(lo, hi) -> str:
@@ -130,16 +156,19 @@ def _bounds(lo, hi) -> str:
 
 # %% ../nbs/00_core.ipynb #3c32fc5c
 def as_int(v, name: str, lo: int|None = None, hi: int|None = None, hint: str = '') -> int:
-    "`v` as a Python int when it is a whole number (int or numpy integer, never a bool) in [`lo`, `hi`]; else an error naming `name`."
+    "`v` as a Python int if a whole number (numpy too, not bool) in [`lo`, `hi`]; else an error."
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number (int), got {v!r} ({type(v).__name__}).{hint}")
+        raise TypeError(f"{name} must be a whole number (int), got {v!r} "
+                        f"({type(v).__name__}).{hint}")
     v = int(v)
-    if (lo is not None and v < lo) or (hi is not None and v > hi): raise ValueError(f"{name} must be {_bounds(lo, hi)}, got {v}.{hint}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be {_bounds(lo, hi)}, got {v}.{hint}")
     return v
 
 # %% ../nbs/00_core.ipynb #7bd870a5
-def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: str = '', below_hi: bool = False) -> float:
-    "`v` as a Python float when it is a real number (Python or numpy, never a bool or NaN) in [`lo`, `hi`] (`hi` excluded with `below_hi`)."
+def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: str = '',
+             below_hi: bool = False) -> float:
+    "`v` as a Python float if a real number (not bool or NaN) in [`lo`, `hi`] (`below_hi`: < hi)."
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a number, got {v!r} ({type(v).__name__}).{hint}")
     v = float(v)
@@ -151,21 +180,26 @@ def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: s
 
 # %% ../nbs/00_core.ipynb #45b65abe
 def _replaced(cls, obj, overrides: dict, arg: str, what: str, example: str):
-    "`obj` (a `cls` dataclass, or None for `cls()`) with the single `overrides` given by name; another type, or a name `cls` lacks, is refused naming `arg` and the `what`s there are."
+    "`obj` (a `cls` dataclass, or None for `cls()`) with the `overrides` by name; else an error."
     if obj is not None and not isinstance(obj, cls):
-        raise TypeError(f"{arg} must be a {cls.__name__}, got {obj!r}; pass single {what}s by name, e.g. {example}.")
+        raise TypeError(f"{arg} must be a {cls.__name__}, got {obj!r}; pass single {what}s by "
+                        f"name, e.g. {example}.")
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(overrides) - set(names))
-    if unknown: raise TypeError(f"Unknown {what}(s) {', '.join(unknown)}: the {what}s are {', '.join(names)}.")
+    if unknown: raise TypeError(f"Unknown {what}(s) {', '.join(unknown)}: the {what}s are "
+                                f"{', '.join(names)}.")
     return dataclasses.replace(obj if obj is not None else cls(), **overrides)
 
 # %% ../nbs/00_core.ipynb #7efc0dcb
 def _write_error(e: OSError, path: Path) -> OSError:
     "`e` (from writing `path`) as an error that names the file and the fix."
-    why = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "the disk quota is exceeded: free some space",
-           errno.EACCES: "permission denied: choose a folder you can write to", errno.EPERM: "permission denied: choose a folder you can write to",
+    why = {errno.ENOSPC: "the disk is full: free some space",
+           errno.EDQUOT: "the disk quota is exceeded: free some space",
+           errno.EACCES: "permission denied: choose a folder you can write to",
+           errno.EPERM: "permission denied: choose a folder you can write to",
            errno.EROFS: "the file system is read-only: choose another folder",
-           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a file (one inside that folder, if you like)"}.get(e.errno)
+           errno.EISDIR: "it is a folder, and brefine never replaces a folder: give the path of a "
+                         "file (one inside that folder, if you like)"}.get(e.errno)
     if why is None: return e
     return type(e)(e.errno, f"cannot write {path}: {why}. Nothing was changed at {path}.")
 
@@ -173,7 +207,7 @@ _UMASK_LOCK = threading.Lock()
 
 # %% ../nbs/00_core.ipynb #fa32f031
 def _umask() -> int:
-    "The process's umask: read from /proc/self/status on Linux, else set and put back at once, under a lock."
+    "The process's umask: from /proc/self/status on Linux, else set and put back under a lock."
     with contextlib.suppress(OSError, ValueError):
         for line in Path('/proc/self/status').read_text().splitlines():
             if line.startswith('Umask:'): return int(line.split()[1], 8)
@@ -184,35 +218,40 @@ def _umask() -> int:
 # %% ../nbs/00_core.ipynb #0ce5065e
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'wb', tag: str = ''):
-    "Context manager yielding a file object; on success it atomically replaces `path`, on error `path` is untouched."
-    path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp, next to `path`
-    if path.is_dir(): raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)), path)
+    "Context manager yielding a file that atomically replaces `path` on success, and not on error."
+    path = Path(path)                                 # the temporary file: .NAME.[TAG.]RANDOM.tmp
+    if path.is_dir():
+        raise _write_error(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)), path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
+        fd, tmp = tempfile.mkstemp(dir=path.parent,
+                                   prefix=f'.{path.name}.{tag + "." if tag else ""}', suffix='.tmp')
     except OSError as e: raise _write_error(e, path) from None
     try:
         with os.fdopen(fd, mode) as f:
-            if hasattr(os, 'fchmod'): os.fchmod(fd, 0o666 & ~_umask())   # as `open` would make it: mkstemp's is 0600
+            if hasattr(os, 'fchmod'): os.fchmod(fd, 0o666 & ~_umask())   # as `open` would
             yield f
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
-        if isinstance(e, OSError) and _write_error(e, path) is not e: raise _write_error(e, path) from None
+        if isinstance(e, OSError) and _write_error(e, path) is not e:
+            raise _write_error(e, path) from None
         raise
 
 # %% ../nbs/00_core.ipynb #821fa409
-_DIGEST_KEY = 'brefine.sha256'                     # in a dict that brefine saves: the SHA-256 of the rest of its content
+_DIGEST_KEY = 'brefine.sha256'                     # in a dict brefine saves: the rest's SHA-256
 
 def _content_digest(obj) -> str:
-    "SHA-256 (hex) of `obj`'s content: dicts, lists, tuples, strings and numbers by value, tensors by dtype, shape and bytes."
+    "SHA-256 (hex) of `obj`'s content: containers, strings, numbers by value, tensors by bytes."
     h = hashlib.sha256()
-    def put(tag: bytes, data: bytes): h.update(tag + len(data).to_bytes(8, 'little')); h.update(data)
+    def put(tag: bytes, data: bytes):
+        h.update(tag + len(data).to_bytes(8, 'little')); h.update(data)
     def walk(o):
         if isinstance(o, torch.Tensor):
             t = o.detach().cpu().contiguous()
-            put(b'T', f'{t.dtype}{tuple(t.shape)}'.encode()); put(b'B', t.reshape(-1).view(torch.uint8).numpy().data)
+            put(b'T', f'{t.dtype}{tuple(t.shape)}'.encode())
+            put(b'B', t.reshape(-1).view(torch.uint8).numpy().data)
         elif isinstance(o, dict):
             put(b'D', str(len(o)).encode())
             for k, v in o.items(): walk(k); walk(v)
@@ -227,47 +266,57 @@ def _content_digest(obj) -> str:
 
 # %% ../nbs/00_core.ipynb #75d995ad
 def _with_digest(d: dict) -> dict:
-    "`d` with the SHA-256 of its content under `_DIGEST_KEY` (any digest it held replaced), for `_check_digest` to verify when it is read back."
+    "`d` with the SHA-256 of its content under `_DIGEST_KEY`, replacing any digest it held."
     d = {k: v for k, v in d.items() if k != _DIGEST_KEY}
     return dict(d, **{_DIGEST_KEY: _content_digest(d)})
 
 # %% ../nbs/00_core.ipynb #806a5473
 def _check_digest(d, source, fix: str):
-    "`d` without its digest when that matches its content; `d` as it is when it has none (an older file, or one brefine did not write); else a ValueError naming `source`, with the `fix`."
+    "`d` without its digest if that matches its content; `d` itself if it has none; else an error."
     if not isinstance(d, dict) or _DIGEST_KEY not in d: return d
     d = dict(d); want = d.pop(_DIGEST_KEY)
     if want != _content_digest(d):
-        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not match the SHA-256 saved with it), "
+        raise ValueError(f"{source} is damaged: its content is not what brefine saved (it does not "
+                         "match the SHA-256 saved with it), "
                          f"from a flipped bit on disk, a copy cut short or an edit. {fix}")
     return d
 
 # %% ../nbs/00_core.ipynb #1f46c184
 def atomic_save(obj, path) -> Path:
-    "`torch.save(obj, path)`, atomically, and only when `safe_load` reads the result back: `path` holds the old content or the new, never half of it; a dict is saved with the digest of its content."
-    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)   # a dict: with its digest
+    "`torch.save(obj, path)` atomically, and only when `safe_load` can read the result back."
+    buf = io.BytesIO(); torch.save(_with_digest(obj) if isinstance(obj, dict) else obj, buf)
     try: torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
     except Exception as e:
-        raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe loader refuses "
-                        f"({str(e).splitlines()[0]}). Store only tensors, numbers, strings, lists and dicts.") from None
+        raise TypeError(f"Not saved to {path}: the object holds something that brefine's safe "
+                        f"loader refuses ({str(e).splitlines()[0]}). Store only tensors, numbers, "
+                        "strings, lists and dicts.") from None
     with atomic_write(path, 'wb') as f: f.write(buf.getbuffer())
     return Path(path)
 
 # %% ../nbs/00_core.ipynb #ea42d71d
 def safe_load(path, what: str = 'file', map_location='cpu'):
-    "Load a torch file written by `atomic_save` without executing any code (`weights_only=True`), checking the digest of its content where it has one."
+    "Load a torch file written by `atomic_save` without running code, its digest checked."
     path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"{what} not found: {path}. Check the path, or create it first.")
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}. Check the path, or create it first.")
     if path.is_dir(): raise IsADirectoryError(f"{what} expected a file but {path} is a folder.")
     try: obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        if 'unsupported global' not in str(e).lower():   # not a request to build objects: garbage or a truncated file
-            raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt (UnpicklingError: "
-                             f"{str(e).splitlines()[0]}). Re-create it.") from None
-        raise ValueError(f"{path} is not a safe brefine {what}: it asks to run code or build objects that brefine "
-                         f"never writes, so it was refused and nothing in it was executed. Only load files you "
-                         f"created with brefine. ({str(e).splitlines()[0]})") from None
-    except PermissionError as e: raise PermissionError(f"{what} {path} cannot be read ({e.strerror}): check its permissions.") from None
-    except Exception as e:            # garbage makes the legacy unpickler fail in many ways (EOFError, IndexError, KeyError ...)
-        raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create it.") from None
-    return _check_digest(obj, f"{what} {path}", "Re-create it, or copy it again from where it came from.")
+        if 'unsupported global' not in str(e).lower():   # no request to build objects: a bad file
+            raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt "
+                             f"(UnpicklingError: {str(e).splitlines()[0]}). Re-create "
+                             "it.") from None
+        raise ValueError(f"{path} is not a safe brefine {what}: it asks to run code or build "
+                         "objects that brefine never writes, so it was refused and nothing in it "
+                         "was executed. Only load files you created with brefine. "
+                         f"({str(e).splitlines()[0]})") from None
+    except PermissionError as e:
+        raise PermissionError(f"{what} {path} cannot be read ({e.strerror}): check its "
+                              "permissions.") from None
+    except Exception as e:            # a bad file fails the legacy unpickler in many ways
+        raise ValueError(f"{path} is not a readable {what}: it is truncated or corrupt "
+                         f"({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'no details'}). Re-create "
+                         "it.") from None
+    return _check_digest(obj, f"{what} {path}",
+                         "Re-create it, or copy it again from where it came from.")

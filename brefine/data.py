@@ -13,8 +13,8 @@ import cv2
 import torch
 import matplotlib.colors
 from fastai.torch_core import TensorImage, TensorMask, show_image
-from fastai.data.transforms import (Transform, ItemTransform, IntToFloatTensor, Normalize, get_image_files,
-                                    FuncSplitter, RandomSplitter)
+from fastai.data.transforms import (Transform, ItemTransform, IntToFloatTensor, Normalize,
+                                    get_image_files, FuncSplitter, RandomSplitter)
 from fastai.data.block import TransformBlock, DataBlock
 from fastai.vision.core import PILBase, PILMask, AddMaskCodes, image2tensor, imagenet_stats
 from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_transforms
@@ -28,11 +28,11 @@ __all__ = ['SYNTH_CODES', 'CAMVID_CODES', 'TensorBand', 'PILBand', 'EdgeMask', '
 
 # %% ../nbs/02_data.ipynb #0372ea16
 class TensorBand(TensorMask):
-    "Near-boundary band (bool (B,H,W) or (H,W)); before `EdgeMask` it holds a copy of the label map. Shows as an overlay."
+    "Near-boundary band (bool (B,H,W) or (H,W)); a label copy before `EdgeMask`."
     _show_args = {'color': 'red', 'alpha': 0.6}
 
     def show(self, ctx=None, **kwargs):
-        "Draw the band in `color` with `alpha` over `ctx`; a label copy (before `EdgeMask`) shows its edge pixels."
+        "Draw the band in `color` with `alpha` over `ctx`; a label copy shows its edge pixels."
         kw = {**self._show_args, **kwargs}
         color, alpha = kw.pop('color'), kw.pop('alpha')
         for k in ('cmap', 'vmin', 'vmax'): kw.pop(k, None)
@@ -45,21 +45,22 @@ class TensorBand(TensorMask):
 
 # %% ../nbs/02_data.ipynb #93b4252b
 class PILBand(PILMask):
-    "The label map opened once more, to become the band after augmentation (converts to `TensorBand`)."
+    "The label map opened once more, to become the band after augmentation (a `TensorBand`)."
     @classmethod
     def create(cls, fn, **kwargs):
-        "Open `fn` (file, array, tensor or PIL image) like `PILMask.create`, as a `PILBand`; a file is read like the mask (`_open_mask`)."
+        "Open `fn` (file, array, tensor or PIL image) like `PILMask.create`, as a `PILBand`."
         return cls(_open_mask(fn) if not kwargs else PILMask.create(fn, **kwargs))
-    def show(self, ctx=None, **kwargs): return TensorBand(image2tensor(self)[0]).show(ctx=ctx, **kwargs)
+    def show(self, ctx=None, **kwargs):
+        return TensorBand(image2tensor(self)[0]).show(ctx=ctx, **kwargs)
 
 PILBand._tensor_cls = TensorBand
 
 # %% ../nbs/02_data.ipynb #7eb34c53
 class EdgeMask(Transform):
-    "Batch transform, after all augmentations: the label copy in a `TensorBand` becomes its bool band (`batch_band`)."
+    "Batch transform, after all augmentations: a label copy in a `TensorBand` becomes its band."
     order = 100
     def __init__(self, radius: int = TRAIN_RADIUS, ignore_index: int | None = None):
-        batch_band(torch.zeros(1, 1, 1, dtype=torch.long), radius, ignore_index)   # fail now on bad arguments
+        batch_band(torch.zeros(1, 1, 1, dtype=torch.long), radius, ignore_index)   # fail now if bad
         self.radius, self.ignore_index = radius, ignore_index
     def encodes(self, x: TensorBand):
         if x.dtype == torch.bool: return x                                         # already a band
@@ -67,17 +68,19 @@ class EdgeMask(Transform):
 
 # %% ../nbs/02_data.ipynb #603b9c47
 def BandBlock(radius: int = TRAIN_RADIUS, ignore_index: int | None = None) -> TransformBlock:
-    "`TransformBlock` for the band: reads the label map (`PILBand`), augmented like the mask, made a band by `EdgeMask`."
-    return TransformBlock(type_tfms=PILBand.create, batch_tfms=[IntToFloatTensor, EdgeMask(radius, ignore_index)])
+    "`TransformBlock` for the band: the label map (`PILBand`), augmented as the mask, `EdgeMask`ed."
+    return TransformBlock(type_tfms=PILBand.create,
+                          batch_tfms=[IntToFloatTensor, EdgeMask(radius, ignore_index)])
 
 # %% ../nbs/02_data.ipynb #8d75a401
 class RandomBlur(RandTransform):
-    "Gaussian blur of each training image with probability `p`, sigma uniform in `[min_sigma, max_sigma]`; images only."
-    order = 40                                       # after the affine augmentations (30), before Normalize (99)
+    "Gaussian blur of each training image with probability `p`, sigma in `[min_sigma, max_sigma]`."
+    order = 40                                       # after affine ones (30), before Normalize (99)
     def __init__(self, p: float = 0.5, max_sigma: float = 1.5, min_sigma: float = 0.3):
         if not 0 <= p <= 1: raise ValueError(f"p is a probability and must be in [0, 1], got {p}.")
         if not 0 < min_sigma <= max_sigma:
-            raise ValueError(f"need 0 < min_sigma <= max_sigma, got min_sigma={min_sigma}, max_sigma={max_sigma}.")
+            raise ValueError(f"need 0 < min_sigma <= max_sigma, got min_sigma={min_sigma}, "
+                             f"max_sigma={max_sigma}.")
         super().__init__(p=p)
         self.min_sigma, self.max_sigma = min_sigma, max_sigma
 
@@ -96,58 +99,64 @@ class RandomBlur(RandTransform):
         out = t4.clone()
         for i, (do, s) in enumerate(zip(self.blur, self.sigma)):
             if not do: continue
-            k = min(2*math.ceil(3*s) + 1, 2*(min(t4.shape[-2:]) // 2) - 1)  # reflect padding needs k//2 < size
+            k = min(2*math.ceil(3*s) + 1, 2*(min(t4.shape[-2:]) // 2) - 1)  # padding: k//2 < size
             if k >= 3: out[i] = gaussian_blur(t4[i], [k, k], [s, s])
         return out if t.ndim == 4 else out[0]
 
 # %% ../nbs/02_data.ipynb #5a4d12de
 class _CheckSameSize(ItemTransform):
-    "Fail clearly when an image and its mask differ in size (checked for every item, before any resizing)."
+    "Fail clearly when an image and its mask differ in size (each item, before any resizing)."
     order = 0
     def encodes(self, x):
         sizes = [o.size for o in x if isinstance(o, PILBase)]
         if len(set(sizes)) > 1:
-            raise ValueError(f"image and mask differ in size (width, height): {sizes}. Every mask must have the size of "
-                             f"its image; check `get_y`/`label_func`, or fix the files.")
+            raise ValueError(f"image and mask differ in size (width, height): {sizes}. Every mask "
+                             "must have the size of its image; check `get_y`/`label_func`, or fix "
+                             "the files.")
         return x
 
 # %% ../nbs/02_data.ipynb #0c47f8ba
 def band_dblock(codes: list,                      # class names (the `MaskBlock` vocab)
                 radius: int = TRAIN_RADIUS,                  # band radius in pixels
                 ignore_index: int | None = None,  # void label: never in the band
-                size: int | tuple | None = None,  # (h, w) or int: resize every item (squish); None: keep sizes
+                size: int | tuple | None = None,  # (h, w) or int: squish items to it; None: keep
                 blur: bool = True,                # `RandomBlur` the training images
                 flip: bool = True,                # random horizontal flip
-                max_zoom: float = 1.5,            # random scale-crop by a zoom in [1, max_zoom]; 1 = none
+                max_zoom: float = 1.5,            # scale-crop by a zoom in [1, max_zoom]; 1: none
                 p_zoom: float = 0.75,             # probability of the scale-crop
                 p_blur: float = 0.5,              # probability of blurring an image
                 max_sigma: float = 1.5,           # largest blur sigma
-                stats: tuple | None = imagenet_stats, # (mean, std) for `Normalize`; None: no normalisation
+                stats: tuple | None = imagenet_stats, # (mean, std) for `Normalize`; None: none
                 get_items: Callable | None = None,    # as in `DataBlock`
                 get_y: Callable | None = None,        # image (file) -> label map (file); required
                 splitter: Callable | None = None,     # as in `DataBlock`
                 item_tfms: list | None = None,        # extra item transforms
                 batch_tfms: list | None = None,       # extra batch transforms
                ) -> DataBlock:
-    "DataBlock of `(image, mask, band)` batches with scale-crop, flip, blur and normalisation; the band follows the augmented mask."
+    "DataBlock of `(image, mask, band)` with scale-crop, flip, blur and normalisation."
     if get_y is None:
-        raise TypeError("band_dblock needs `get_y`: a function from an image (file) to its label map (file).")
+        raise TypeError("band_dblock needs `get_y`: a function from an image (file) to its "
+                        "label map (file).")
     if max_zoom < 1: raise ValueError(f"max_zoom must be >= 1 (1 = no scale-crop), got {max_zoom}.")
-    itfms = [_CheckSameSize()] + ([Resize(size, method=ResizeMethod.Squish)] if size is not None else [])
-    btfms = aug_transforms(do_flip=flip, max_rotate=0., min_zoom=1., max_zoom=max_zoom, max_lighting=0.,
-                           max_warp=0., p_affine=p_zoom)
+    itfms = [_CheckSameSize()] + ([Resize(size, method=ResizeMethod.Squish)]
+                                  if size is not None else [])
+    btfms = aug_transforms(do_flip=flip, max_rotate=0., min_zoom=1., max_zoom=max_zoom,
+                           max_lighting=0., max_warp=0., p_affine=p_zoom)
     if blur: btfms.append(RandomBlur(p=p_blur, max_sigma=max_sigma))
     if stats is not None: btfms.append(Normalize.from_stats(*stats))
-    blocks = (TransformBlock(type_tfms=_open_image, batch_tfms=IntToFloatTensor),                             # ImageBlock and
-              TransformBlock(type_tfms=_open_mask, item_tfms=AddMaskCodes(codes=codes), batch_tfms=IntToFloatTensor),  # MaskBlock, our readers
+    blocks = (TransformBlock(type_tfms=_open_image, batch_tfms=IntToFloatTensor),   # ImageBlock and
+              TransformBlock(type_tfms=_open_mask, item_tfms=AddMaskCodes(codes=codes),
+                             batch_tfms=IntToFloatTensor),                 # MaskBlock: our readers
               BandBlock(radius, ignore_index))
     return DataBlock(blocks=blocks, n_inp=1,
                      get_items=get_items, get_y=[get_y, get_y], splitter=splitter,
-                     item_tfms=itfms + list(item_tfms or []), batch_tfms=btfms + list(batch_tfms or []))
+                     item_tfms=itfms + list(item_tfms or []),
+                     batch_tfms=btfms + list(batch_tfms or []))
 
 # %% ../nbs/02_data.ipynb #c59decbd
 SYNTH_CODES = ['background', 'disc', 'box', 'triangle', 'pole', 'wire']
-_SYNTH_MEAN = {0: (120, 130, 95), 1: (190, 120, 70), 2: (190, 120, 70), 3: (70, 100, 170), 4: (120, 130, 95), 5: (45, 45, 55)}
+_SYNTH_MEAN = {0: (120, 130, 95), 1: (190, 120, 70), 2: (190, 120, 70), 3: (70, 100, 170),
+               4: (120, 130, 95), 5: (45, 45, 55)}
 
 # %% ../nbs/02_data.ipynb #c4654b99
 def _stripes(h, w, rng, period, angle):
@@ -171,28 +180,33 @@ def _texture(c, h, w, rng):
 
 # %% ../nbs/02_data.ipynb #c6dc6b75
 def synthetic_scene(seed: int, size=(96, 128)):
-    "(image uint8 (H,W,3) RGB, label uint8 (H,W)) of overlapping textured shapes of `SYNTH_CODES`, deterministic in `seed`."
+    "(RGB image (H,W,3), label (H,W)), uint8, of textured shapes of `SYNTH_CODES`, fixed by `seed`."
     h, w = size
-    if min(h, w) < 16: raise ValueError(f"size must be at least (16, 16) to hold the shapes, got {size}.")
+    if min(h, w) < 16:
+        raise ValueError(f"size must be at least (16, 16) to hold the shapes, got {size}.")
     rng = np.random.default_rng(seed)
     lab, s = np.zeros((h, w), np.uint8), min(h, w)
     def pt(): return int(rng.integers(0, w)), int(rng.integers(0, h))
     for c in rng.permutation([1, 1, 2, 2, 3, 4, 4, 5, 5]).tolist():
         if c == 1: cv2.circle(lab, pt(), int(rng.integers(s//10, s//4)), c, -1)
         elif c == 2:
-            rect = (pt(), (float(rng.integers(s//6, s//2)), float(rng.integers(s//6, s//2))), float(rng.uniform(0, 90)))
+            rect = (pt(), (float(rng.integers(s//6, s//2)), float(rng.integers(s//6, s//2))),
+                    float(rng.uniform(0, 90)))
             cv2.fillPoly(lab, [cv2.boxPoints(rect).round().astype(np.int32)], c)
         elif c == 3:
             (cx, cy), r = pt(), rng.integers(s//8, s//3)
             ang = rng.uniform(0, 2*np.pi) + np.array([0, 2.1, 4.2]) + rng.uniform(-0.3, 0.3, 3)
-            cv2.fillPoly(lab, [np.stack([cx + r*np.cos(ang), cy + r*np.sin(ang)], 1).round().astype(np.int32)], c)
+            cv2.fillPoly(lab, [np.stack([cx + r*np.cos(ang), cy + r*np.sin(ang)], 1)
+                               .round().astype(np.int32)], c)
         elif c == 4:
-            x, th, dx = int(rng.integers(0, w)), int(rng.integers(2, 5)), int(rng.integers(-w//8, w//8))
-            cv2.fillPoly(lab, [np.array([[x, 0], [x+th-1, 0], [x+th-1+dx, h-1], [x+dx, h-1]], np.int32)], c)
+            x, th, dx = (int(rng.integers(0, w)), int(rng.integers(2, 5)),
+                         int(rng.integers(-w//8, w//8)))
+            cv2.fillPoly(lab, [np.array([[x, 0], [x+th-1, 0], [x+th-1+dx, h-1], [x+dx, h-1]],
+                                        np.int32)], c)
         else: cv2.line(lab, pt(), pt(), c, int(rng.integers(1, 3)))
     img = np.zeros((h, w, 3), np.float32)
     for c in range(len(SYNTH_CODES)):
-        tex = _texture(c, h, w, rng)[..., None]                 # drawn for every class: the stream stays in step
+        tex = _texture(c, h, w, rng)[..., None]   # every class's: the stream stays in step
         col = np.array(_SYNTH_MEAN[c], np.float32) + rng.normal(0, 8, 3)
         m = lab == c
         img[m] = (col + 45 * tex * np.array([1, 0.9, 0.8], np.float32))[m]
@@ -200,28 +214,32 @@ def synthetic_scene(seed: int, size=(96, 128)):
     return np.clip(img, 0, 255).round().astype(np.uint8), lab
 
 # %% ../nbs/02_data.ipynb #71f0dd0a
-def make_synthetic_folder(path, n_train: int = 32, n_valid: int = 8, seed: int = 0, size=(96, 128)) -> Path:
-    "Write `n_train`+`n_valid` synthetic scenes as PNGs in `path`/{train,trainannot,val,valannot}; returns `Path(path)`."
+def make_synthetic_folder(path, n_train: int = 32, n_valid: int = 8, seed: int = 0,
+                          size=(96, 128)) -> Path:
+    "Write `n_train`+`n_valid` synthetic scenes as PNGs in `path`/{train,trainannot,val,valannot}."
     path = Path(path)
     for split, n, s0 in (('train', n_train, seed), ('val', n_valid, seed + n_train)):
         (path/split).mkdir(parents=True, exist_ok=True); (path/f'{split}annot').mkdir(exist_ok=True)
         for i in range(n):
             img, lab = synthetic_scene(s0 + i, size)
-            if not (cv2.imwrite(str(path/split/f'{i:04d}.png'), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+            if not (cv2.imwrite(str(path/split/f'{i:04d}.png'),
+                                cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
                     and cv2.imwrite(str(path/f'{split}annot'/f'{i:04d}.png'), lab)):
-                raise OSError(f"could not write PNG files in {path}: check that it is writable and has space.")
+                raise OSError(f"could not write PNG files in {path}: check that it is "
+                              "writable and has space.")
     return path
 
 # %% ../nbs/02_data.ipynb #f175727a
-CAMVID_CODES = ['Sky', 'Building', 'Pole', 'Road', 'Pavement', 'Tree', 'SignSymbol', 'Fence', 'Car', 'Pedestrian',
-                'Bicyclist', 'Void']
+CAMVID_CODES = ['Sky', 'Building', 'Pole', 'Road', 'Pavement', 'Tree', 'SignSymbol', 'Fence', 'Car',
+                'Pedestrian', 'Bicyclist', 'Void']
 
 # %% ../nbs/02_data.ipynb #e8fc21db
 class _MaskPath:
-    "Image file -> the file of the same name in the sibling folder `<folder><suffix>`, or when there is none, of the same name with `.png` (JPEG images, PNG masks) (a class: picklable)."
+    "Image file -> the same name (or if none, with `.png`) in the folder `<folder><suffix>`."
     def __init__(self, suffix): self.suffix = suffix
     def __call__(self, f):
-        f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name; png = m.with_suffix('.png')
+        f = Path(f); m = f.parent.parent/f'{f.parent.name}{self.suffix}'/f.name
+        png = m.with_suffix('.png')
         return png if not m.exists() and png.exists() else m
 
 # %% ../nbs/02_data.ipynb #e88ac184
@@ -232,13 +250,13 @@ class _InFolder:
 
 # %% ../nbs/02_data.ipynb #7a35b058
 def _common_size(sizes) -> tuple:
-    "(H, W): the most common of the image `sizes` (width, height), the largest of equally common ones."
+    "(H, W): the most common of the image `sizes` (width, height), the largest of the ties."
     n = Counter((h, w) for w, h in sizes)
     return max(n, key=lambda s: (n[s], s))
 
 # %% ../nbs/02_data.ipynb #1f353838
 def _check_pairs(fnames, label_func) -> list:
-    "The size (width, height) of each image of `fnames`, once every one is a readable image with a mask of its own, of its size."
+    "The size (width, height) of each image of `fnames`, once each is readable with its mask."
     missing, wrong, bad, sizes, owner, shared = [], [], [], [], {}, []
     for f in fnames:
         m = Path(label_func(f))
@@ -249,74 +267,91 @@ def _check_pairs(fnames, label_func) -> list:
         bad += [o for o in (why_a, why_b) if o]; sizes.append(a)
         if a and b and a != b: wrong.append(f'{f} {a} vs {m} {b}')
     if missing:
-        raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. " + '; '.join(missing[:3]) +
-                                ". Add the masks (of the same names; for a JPEG image, its name with .png), remove those images, or fix "
-                                "the mask folder/label function.")
+        raise FileNotFoundError(f"{len(missing)} of {len(fnames)} images have no mask, e.g. "
+                                + '; '.join(missing[:3]) +
+                                ". Add the masks (of the same names; for a JPEG image, its name "
+                                "with .png), remove those images, or fix the mask folder/label "
+                                "function.")
     if shared:
-        raise ValueError(f"{len(shared)} masks would each label two images, e.g. " + '; '.join(shared[:3]) + ". Every image needs "
-                         "its own mask: rename or remove one image of each pair (a.jpg and a.png share the mask a.png).")
+        raise ValueError(f"{len(shared)} masks would each label two images, e.g. "
+                         + '; '.join(shared[:3]) + ". Every image needs its own mask: rename or "
+                         "remove one image of each pair (a.jpg and a.png share the mask a.png).")
     if bad:
-        raise ValueError(f"{len(bad)} {'file' if len(bad) == 1 else 'files'} cannot be used: " + '; '.join(bad[:3]) +
-                         ('; ...' if len(bad) > 3 else '') + ". Replace each with a readable 8-bit image, or a mask of class "
+        raise ValueError(f"{len(bad)} {'file' if len(bad) == 1 else 'files'} cannot be used: "
+                         + '; '.join(bad[:3]) + ('; ...' if len(bad) > 3 else '') +
+                         ". Replace each with a readable 8-bit image, or a mask of class "
                          "indices, or remove it together with its image or mask.")
     if wrong:
-        raise ValueError(f"{len(wrong)} masks differ in size (width, height) from their images, e.g. " + '; '.join(wrong[:3]) +
+        raise ValueError(f"{len(wrong)} masks differ in size (width, height) from their images, "
+                         "e.g. " + '; '.join(wrong[:3]) +
                          ". Every mask must have the size of its image.")
     return sizes
 
 # %% ../nbs/02_data.ipynb #ced2fbb0
 def _check_mask_labels(masks, codes: list, ignore_index=None):
-    "Refuse empty `codes`, and a mask of `masks` holding a label that is neither a class (0..len(codes)-1) nor `ignore_index`, naming it."
-    if not len(codes): raise ValueError("codes is empty: pass the class names, one per class (brefine train: --codes FILE or --n_classes N).")
+    "Refuse empty `codes`, and a mask of `masks` with a label not a class nor `ignore_index`."
+    if not len(codes): raise ValueError("codes is empty: pass the class names, one per class "
+                                        "(brefine train: --codes FILE or --n_classes N).")
     n = len(codes)
     for m in masks:
         a = np.asarray(_open_mask(m))
         bad = np.unique(a[(a >= n) & (a != (-1 if ignore_index is None else ignore_index))])
         if bad.size == 0: continue
-        fix = (f"if {int(bad[0])} marks unlabelled pixels, pass it as the void label (ignore_index={int(bad[0])}, or "
-               f"brefine train --void {int(bad[0])}); else add the missing class names" if ignore_index is None else
+        fix = (f"if {int(bad[0])} marks unlabelled pixels, pass it as the void label "
+               f"(ignore_index={int(bad[0])}, or brefine train --void {int(bad[0])}); else add the "
+               "missing class names" if ignore_index is None else
                f"the void label is {ignore_index}: fix the masks, or add the missing class names")
-        raise ValueError(f"mask {m} holds label {int(bad[0])}, but there are {n} classes (0..{n - 1}): {fix}.")
+        raise ValueError(f"mask {m} holds label {int(bad[0])}, but there are {n} classes "
+                         f"(0..{n - 1}): {fix}.")
 
 # %% ../nbs/02_data.ipynb #48408c4e
 def _items_size(size, sizes, train_sizes):
-    "`size` as given, or when it is None and the images' `sizes` differ, the most common of the training images' sizes: batches need one."
+    "`size`, or if None and `sizes` differ, the most common of `train_sizes`: batches need one."
     return _common_size(train_sizes) if size is None and len(set(sizes)) > 1 else size
 
 # %% ../nbs/02_data.ipynb #5a6c4d8d
 def _split_kwargs(kw):
     "Keyword arguments for `band_dblock`, and the rest (for `dataloaders`)."
-    names = set(inspect.signature(band_dblock).parameters) - {'codes', 'radius', 'ignore_index', 'size', 'get_y', 'splitter'}
-    return {k: v for k, v in kw.items() if k in names}, {k: v for k, v in kw.items() if k not in names}
+    names = set(inspect.signature(band_dblock).parameters) - {'codes', 'radius', 'ignore_index',
+                                                              'size', 'get_y', 'splitter'}
+    return ({k: v for k, v in kw.items() if k in names},
+            {k: v for k, v in kw.items() if k not in names})
 
 # %% ../nbs/02_data.ipynb #977741da
 def _dataloaders(dblock, items, bs, **kw):
     dls = dblock.dataloaders(items, bs=bs, **kw)
     if len(dls.train) == 0:
-        raise ValueError(f"bs={bs} is more than the {len(dls.train_ds)} training images, so there is no full training "
-                         f"batch (the last incomplete batch is dropped). Use a smaller `bs`.")
+        raise ValueError(f"bs={bs} is more than the {len(dls.train_ds)} training images, so there "
+                         "is no full training batch (the last incomplete batch is dropped). Use a "
+                         "smaller `bs`.")
     return dls
 
 # %% ../nbs/02_data.ipynb #31a9a3c6
 def _check_codes(codes):
-    "Refuse class names `codes` given as one string, or naming a class twice: either would train on classes nobody meant."
+    "Refuse class names `codes` given as one string, or naming a class twice."
     if isinstance(codes, (str, bytes)):
-        raise TypeError(f"codes must be a list of class names, got the single string {codes!r}: pass one name per class, e.g. "
-                        "['sky', 'road'] (a codes file's text: text.split()).")
+        raise TypeError(f"codes must be a list of class names, got the single string {codes!r}: "
+                        "pass one name per class, e.g. ['sky', 'road'] (a codes file's text: "
+                        "text.split()).")
     names = list(codes) if codes is not None else []
     twice = next((c for c in names if names.count(c) > 1), None)
-    if twice is not None: raise ValueError(f"codes names {twice!r} twice: each class needs its own name.")
+    if twice is not None:
+        raise ValueError(f"codes names {twice!r} twice: each class needs its own name.")
 
 # %% ../nbs/02_data.ipynb #618630d5
-def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val', mask_suffix: str = 'annot',
-                     ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
-    "`DataLoaders` of (image, mask, band) from `path`/{train, train+mask_suffix, valid, valid+mask_suffix} (CamVid layout); images of mixed sizes are resized to the most common training size unless `size` says."
+def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val',
+                     mask_suffix: str = 'annot', ignore_index: int | None = None,
+                     radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8,
+                     **kw):
+    "`DataLoaders` of (image, mask, band) from image and mask folders in `path` (CamVid layout)."
     path = Path(path); _check_codes(codes)
-    layout = f"expected {path}/{train}/ and {path}/{valid}/ with images, {path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the same names"
+    layout = (f"expected {path}/{train}/ and {path}/{valid}/ with images, "
+              f"{path}/{train}{mask_suffix}/ and {path}/{valid}{mask_suffix}/ with masks of the "
+              "same names")
     for d in (train, f'{train}{mask_suffix}', valid, f'{valid}{mask_suffix}'):
         if not (path/d).is_dir(): raise FileNotFoundError(f"folder {path/d} not found: {layout}.")
     try: files = {d: get_image_files(path/d, recurse=False) for d in (train, valid)}
-    except OSError as e:                                                  # fastai lists the folder: a link that loops stops it
+    except OSError as e:                                 # a link that loops stops fastai's listing
         if e.errno != errno.ELOOP: raise
         raise _link_loop(e.filename) from None
     for d, fs in files.items():
@@ -326,20 +361,26 @@ def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val'
     _check_mask_labels([get_y(f) for f in files[train] + files[valid]], codes, ignore_index)
     size = _items_size(size, sizes, sizes[:len(files[train])])
     dkw, lkw = _split_kwargs(kw)
-    dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y, splitter=FuncSplitter(_InFolder(valid)), **dkw)
+    dblock = band_dblock(codes, radius, ignore_index, size, get_y=get_y,
+                         splitter=FuncSplitter(_InFolder(valid)), **dkw)
     return _dataloaders(dblock, files[train] + files[valid], bs, **lkw)
 
 # %% ../nbs/02_data.ipynb #6068dd3d
-def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: float = 0.2, seed: int | None = None,
-                        ignore_index: int | None = None, radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8, **kw):
-    "`DataLoaders` of (image, mask, band) from image files `fnames` and `label_func` (image file -> mask file), split at random; images of mixed sizes are resized to the most common size unless `size` says."
+def dls_from_label_func(fnames, label_func: Callable, codes: list, valid_pct: float = 0.2,
+                        seed: int | None = None, ignore_index: int | None = None,
+                        radius: int = TRAIN_RADIUS, size: int | tuple | None = None, bs: int = 8,
+                        **kw):
+    "`DataLoaders` of (image, mask, band) from images `fnames` and `label_func`, split at random."
     fnames = [Path(f) for f in fnames]
-    if not fnames: raise ValueError("fnames is empty: pass the list of image files (e.g. `get_image_files(path)`).")
+    if not fnames:
+        raise ValueError("fnames is empty: pass the list of image files "
+                         "(e.g. `get_image_files(path)`).")
     absent = [f for f in fnames if not f.is_file()]
     if absent: raise FileNotFoundError(f"{len(absent)} image files not found, e.g. {absent[0]}.")
     sizes = _check_pairs(fnames, label_func)
     _check_mask_labels([label_func(f) for f in fnames], codes, ignore_index)
     size = _items_size(size, sizes, sizes)
     dkw, lkw = _split_kwargs(kw)
-    dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func, splitter=RandomSplitter(valid_pct, seed), **dkw)
+    dblock = band_dblock(codes, radius, ignore_index, size, get_y=label_func,
+                         splitter=RandomSplitter(valid_pct, seed), **dkw)
     return _dataloaders(dblock, fnames, bs, **lkw)

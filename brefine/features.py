@@ -24,11 +24,12 @@ def _eval_mode(model: nn.Module):
 
 # %% ../nbs/03b_features.ipynb #740d28c4
 class _Stop(Exception):
-    "Raised by a hook once every feature is captured: the rest of the base model's forward is skipped."
+    "Raised by a hook once every feature is captured: the rest of the base's forward is skipped."
 
 # %% ../nbs/03b_features.ipynb #a4fddb6c
-def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None, stop: bool = False) -> tuple:
-    "(model(x), or None when stopped early; {key: output of outputs[key], a module or (module, path) for an item of its output} | {key: first input of module inputs[key]}), in eval mode without gradients."
+def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None,
+             stop: bool = False) -> tuple:
+    "(model(x) or None if stopped, {key: output of `outputs[key]` or input of `inputs[key]`})."
     got, inputs, hs = {}, inputs or {}, []
     def hook(key, pre, path=()):
         def grab(m, args, out=None):
@@ -51,10 +52,13 @@ def _capture(model: nn.Module, x, outputs: dict, inputs: dict | None = None, sto
 _KEY = re.compile(r"\[(\d+|'[^'\]]*')\]")
 
 def _split_name(name, arg: str = 'low') -> tuple:
-    "(module name, path of keys into its output) of a feature name: 'encoder.layer1', 'encoder[2]', \"enc['hidden_states'][0]\"."
-    m = re.fullmatch(r"([^\[\]']*)((?:\[(?:\d+|'[^'\]]*')\])*)", name) if isinstance(name, str) else None
-    if m is None: raise ValueError(f"{arg}= must be a layer name such as 'encoder.layer1', or an item of a layer's output such "
-                                   f"as 'encoder[2]' or \"encoder['hidden_states'][0]\", got {name!r}.")
+    "(module name, path of keys into its output) of a feature name: 'encoder.layer1', 'encoder[2]'."
+    m = (re.fullmatch(r"([^\[\]']*)((?:\[(?:\d+|'[^'\]]*')\])*)", name)
+         if isinstance(name, str) else None)
+    if m is None:
+        raise ValueError(f"{arg}= must be a layer name such as 'encoder.layer1', or an item of a "
+                         "layer's output such as 'encoder[2]' or "
+                         f"\"encoder['hidden_states'][0]\", got {name!r}.")
     return m[1], tuple(int(k) if k.isdigit() else k[1:-1] for k in _KEY.findall(m[2]))
 
 # %% ../nbs/03b_features.ipynb #6ff823ca
@@ -70,7 +74,7 @@ def _pick(out, path: tuple):
 
 # %% ../nbs/03b_features.ipynb #4ee05369
 def _maps(out, path: tuple = (), depth: int = 2):
-    "(path, map) of each float feature map (B,C,h,w) in `out`: itself, or items of lists, tuples and dicts, `depth` levels down."
+    "(path, map) of each float map (B,C,h,w) in `out`, or in its lists, tuples, dicts `depth` deep."
     if isinstance(out, torch.Tensor):
         if out.ndim == 4 and out.is_floating_point(): yield path, out
     elif depth and isinstance(out, dict):
@@ -79,30 +83,34 @@ def _maps(out, path: tuple = (), depth: int = 2):
         for i, v in enumerate(out): yield from _maps(v, path + (i,), depth - 1)
 
 # %% ../nbs/03b_features.ipynb #446a6883
-TRACE_SIZE = 128     # side of the zero image that finding the features runs the base model on
+TRACE_SIZE = 128     # side of the zero image the base model runs on to find its features
 
 def _dummy(model: nn.Module, size: int) -> torch.Tensor:
     "A zero image (1,3,size,size) on the device and in the floating dtype of `model`'s parameters."
     p = next((p for p in model.parameters() if p.is_floating_point()), None)
-    return torch.zeros(1, 3, size, size) if p is None else torch.zeros(1, 3, size, size, device=p.device, dtype=p.dtype)
+    return (torch.zeros(1, 3, size, size) if p is None
+            else torch.zeros(1, 3, size, size, device=p.device, dtype=p.dtype))
 
 # %% ../nbs/03b_features.ipynb #40dc5245
 def _stride(t: torch.Tensor, size: int) -> int | None:
-    "The stride of the map `t` of a size x size image, where it is a whole number, the same on both axes; else None."
+    "The stride of the map `t` of a size x size image, if whole and the same on both axes, or None."
     h, w = t.shape[-2:]
-    return size // h if 1 < h == w and size % h == 0 else None          # a 1x1 map is pooled, not a feature
+    return size // h if 1 < h == w and size % h == 0 else None          # a 1x1 map is pooled
 
 # %% ../nbs/03b_features.ipynb #08ed7e3c
 def _run_hooked(model: nn.Module, x) -> tuple:
-    "(model(x), {name: dict(module, n, start, end, inp, out)}): each module's number of calls, and its first call's clock and data."
+    "(model(x), {name: dict(module, n, start, end, inp, out)}): calls, first call's clock and data."
     names, calls, clock, hs = {id(m): n for n, m in model.named_modules()}, {}, [0], []
     def pre(m, args, kwargs):
         c = calls.setdefault(names[id(m)], dict(module=m, n=0)); c['n'] += 1
-        if c['n'] == 1: c.update(start=clock[0], inp=args[0] if args else next(iter(kwargs.values()), None)); clock[0] += 1
+        if c['n'] == 1:
+            c.update(start=clock[0],
+                     inp=args[0] if args else next(iter(kwargs.values()), None)); clock[0] += 1
     def post(m, args, out):
         c = calls[names[id(m)]]
         if 'end' not in c: c.update(end=clock[0], out=out); clock[0] += 1
-    for m in model.modules(): hs += [m.register_forward_pre_hook(pre, with_kwargs=True), m.register_forward_hook(post)]
+    for m in model.modules(): hs += [m.register_forward_pre_hook(pre, with_kwargs=True),
+                                     m.register_forward_hook(post)]
     try:
         with torch.no_grad(), _eval_mode(model): out = model(x)
     finally:
@@ -111,88 +119,108 @@ def _run_hooked(model: nn.Module, x) -> tuple:
 
 # %% ../nbs/03b_features.ipynb #3478d08d
 class _Trace:
-    "One forward of `model` on a zero image (1,3,size,size): its output `out`, each module's `calls`, and `feats`, every feature map a module output in its only call, with its channels `ch` and `stride`, in order."
+    "One forward of `model` on a zero image: `out`, each module's `calls`, and its maps `feats`."
     def __init__(self, model: nn.Module, size: int = TRACE_SIZE):
         self.model, self.size = type(model).__name__, size
         try: self.out, self.calls = _run_hooked(model, _dummy(model, size))
         except Exception as e:
-            raise ValueError(f"brefine runs the {self.model} once on a zero image (1,3,{size},{size}) to find its features, and that "
-                             f"raised {type(e).__name__}: {e}. Its forward must take a batch of images (B,3,H,W).") from e
-        self.feats = sorted((dict(name=_join_name(n, p), mod=n, path=p, module=c['module'], t=t, ch=t.shape[1],
-                                  stride=_stride(t, size), end=c['end'], inp=c['inp'])
+            raise ValueError(f"brefine runs the {self.model} once on a zero image "
+                             f"(1,3,{size},{size}) to find its features, and that raised "
+                             f"{type(e).__name__}: {e}. Its forward must take a batch of images "
+                             "(B,3,H,W).") from e
+        self.feats = sorted((dict(name=_join_name(n, p), mod=n, path=p, module=c['module'], t=t,
+                                  ch=t.shape[1], stride=_stride(t, size), end=c['end'],
+                                  inp=c['inp'])
                              for n, c in self.calls.items() if c['n'] == 1 and 'end' in c
-                             for p, t in _maps(c['out']) if _stride(t, size)), key=lambda f: f['end'])
+                             for p, t in _maps(c['out']) if _stride(t, size)),
+                            key=lambda f: f['end'])
 
     def born(self, t) -> int:
         "When the feature map `t` was first output (the clock of `calls`)."
         return min(f['end'] for f in self.feats if f['t'] is t)
 
 # %% ../nbs/03b_features.ipynb #29bdde5f
-def _inside(name: str, root: str) -> bool: return name != root and (root == '' or name.startswith(root + '.'))
+def _inside(name: str, root: str) -> bool:
+    return name != root and (root == '' or name.startswith(root + '.'))
 
 # %% ../nbs/03b_features.ipynb #8a854d5f
 def _depth(f: dict) -> int: return f['mod'].count('.') + bool(f['mod'])
 
 # %% ../nbs/03b_features.ipynb #5b9fd0b0
 def _outermost(tr: _Trace, f: dict, root: str) -> dict:
-    "The feature map `f` of trace `tr` named after the outermost module inside `root` that computes it (not one that hands its input on), or `f`."
-    own = [g for g in tr.feats if g['t'] is f['t'] and not g['path'] and _inside(g['mod'], root) and g['inp'] is not g['t']]
+    "`f` of trace `tr` named after the outermost module in `root` that computes it (or `f`)."
+    own = [g for g in tr.feats if g['t'] is f['t'] and not g['path'] and _inside(g['mod'], root)
+           and g['inp'] is not g['t']]
     return max(own, key=lambda g: g['end']) if own else f
 
 # %% ../nbs/03b_features.ipynb #da12f5f4
 def _multiscale(tr: _Trace) -> tuple:
-    "(name, maps) of the first module whose output holds maps at stride 4 and deeper (an encoder's list, timm's features_only, hidden states), or ('', [])."
+    "(name, maps) of the first module whose output holds maps at stride 4 and deeper, or ('', [])."
     for n in dict.fromkeys(f['mod'] for f in tr.feats):
         maps = [f for f in tr.feats if f['mod'] == n and f['path']]
-        if any(f['stride'] == 4 for f in maps) and any(f['stride'] > 4 for f in maps): return n, maps
+        if any(f['stride'] == 4 for f in maps) and any(f['stride'] > 4 for f in maps):
+            return n, maps
     return '', []
 
 # %% ../nbs/03b_features.ipynb #67f79cb8
 def _upsampled_scores(tr: _Trace) -> set:
-    "Ids of the maps of trace `tr` that the model's scores are a bilinear upsampling of (its classifier's output): never a feature."
+    "Ids of the maps of trace `tr` whose bilinear upsampling the scores are: never a feature."
     out = next((t for _, t in _maps([getattr(tr.out, 'logits', None), tr.out])), None)
-    if out is None or out.is_meta: return set()                              # (a model on the meta device has no values)
+    if out is None or out.is_meta: return set()                      # on the meta device: no values
     up = lambda t, ac: F.interpolate(t.float(), out.shape[-2:], mode='bilinear', align_corners=ac)
-    return {id(f['t']) for f in tr.feats if f['t'].shape[:2] == out.shape[:2] and f['t'].shape[-2:] != out.shape[-2:]
-            and any(torch.allclose(up(f['t'], ac), out.float(), rtol=1e-3, atol=1e-4) for ac in (False, True))}
+    return {id(f['t']) for f in tr.feats
+            if f['t'].shape[:2] == out.shape[:2] and f['t'].shape[-2:] != out.shape[-2:]
+            and any(torch.allclose(up(f['t'], ac), out.float(), rtol=1e-3, atol=1e-4)
+                    for ac in (False, True))}
 
 # %% ../nbs/03b_features.ipynb #b9fdcea4
 def _candidates(model: nn.Module, tr: _Trace, root: str | None = None) -> tuple:
-    "(root, its feature maps, each once and named after the outermost module inside root that computes it): a multi-scale output's maps, else those of `.backbone` or `.encoder`, else all the model's (root=''), less its scores."
+    "(root, its feature maps, each once, named by `_outermost`), less the model's scores."
     root_ms, maps = _multiscale(tr) if root is None else ('', [])
     if maps: root = root_ms
     else:
-        if root is None: root = next((k for k in ('backbone', 'encoder') if isinstance(getattr(model, k, None), nn.Module) and k in tr.calls), '')
-        scores = {id(t) for _, t in _maps([tr.out, getattr(tr.out, 'logits', None)])} | _upsampled_scores(tr)
-        maps = [f for f in tr.feats if not f['path'] and _inside(f['mod'], root) and id(f['t']) not in scores]
+        if root is None:
+            root = next((k for k in ('backbone', 'encoder')
+                         if isinstance(getattr(model, k, None), nn.Module) and k in tr.calls), '')
+        scores = ({id(t) for _, t in _maps([tr.out, getattr(tr.out, 'logits', None)])}
+                  | _upsampled_scores(tr))
+        maps = [f for f in tr.feats
+                if not f['path'] and _inside(f['mod'], root) and id(f['t']) not in scores]
     seen = set()
-    return root, [_outermost(tr, f, root) for f in maps if not (id(f['t']) in seen or seen.add(id(f['t'])))]
+    return root, [_outermost(tr, f, root) for f in maps
+                  if not (id(f['t']) in seen or seen.add(id(f['t'])))]
 
 # %% ../nbs/03b_features.ipynb #97c8f5cf
-def _ch(f: dict, stride: bool = False) -> str: return f"{f['name']} ({f['ch']} ch" + (f", /{f['stride']})" if stride else ")")
+def _ch(f: dict, stride: bool = False) -> str:
+    return f"{f['name']} ({f['ch']} ch" + (f", /{f['stride']})" if stride else ")")
 
 # %% ../nbs/03b_features.ipynb #238d7c01
 def _candidates_text(cands: list, n: int = 3) -> str:
-    "`n` stride-4 maps and `n` of the deepest of `cands`, the outermost modules' first (then the latest), with channels and strides: what low= and high= take."
-    top, pick = max((f['stride'] for f in cands), default=0), lambda s: sorted([f for f in cands if f['stride'] == s][::-1], key=_depth)[:n]
-    return (f"stride 4: {', '.join(_ch(f) for f in pick(4)) or 'none'}; "
-            f"deepest: {', '.join(_ch(f, True) for f in pick(top) if top > 4) or 'none deeper than stride 4'}")
+    "`n` stride-4 maps and `n` of the deepest of `cands`, outermost first, in words (low=, high=)."
+    top, pick = (max((f['stride'] for f in cands), default=0),
+                 lambda s: sorted([f for f in cands if f['stride'] == s][::-1], key=_depth)[:n])
+    return (
+        f"stride 4: {', '.join(_ch(f) for f in pick(4)) or 'none'}; deepest: "
+        f"{', '.join(_ch(f, True) for f in pick(top) if top > 4) or 'none deeper than stride 4'}")
 
 # %% ../nbs/03b_features.ipynb #0a583044
 def _auto_layers(model: nn.Module, tr: _Trace) -> tuple:
-    "(low, high) found in trace `tr`: a stride-4 map (computed before any deeper one), and the deepest map (of an encoder's maps the last; else the outermost, then the latest)."
+    "(low, high) found in trace `tr`: a stride-4 map computed before deeper ones, and the deepest."
     root, cands = _candidates(model, tr)
     deep, ms = [f for f in cands if f['stride'] > 4], bool(_multiscale(tr)[1])
-    first = min((tr.born(f['t']) for f in deep), default=-1)                 # an encoder's maps: all together
+    first = min((tr.born(f['t']) for f in deep), default=-1)      # an encoder's maps: all together
     at4 = [f for f in cands if f['stride'] == 4 and (ms or tr.born(f['t']) < first)]
     if not at4 or not deep:
-        raise ValueError(f"brefine found no {'stride-4 feature' if not at4 else 'feature deeper than stride 4'} to read in "
-                         f"{f'the {root!r} of ' if root else ''}the {tr.model}. Its feature maps in one forward of a "
-                         f"{tr.size}x{tr.size} image: {_candidates_text(_candidates(model, tr, '')[1])}. Pass low= (a layer at "
-                         "stride 4) and high= (a deep layer) by name; feature_candidates(model) lists them all.")
+        raise ValueError("brefine found no "
+                         f"{'stride-4 feature' if not at4 else 'feature deeper than stride 4'} to "
+                         f"read in {f'the {root!r} of ' if root else ''}the {tr.model}. Its "
+                         f"feature maps in one forward of a {tr.size}x{tr.size} image: "
+                         f"{_candidates_text(_candidates(model, tr, '')[1])}. Pass low= (a layer "
+                         "at stride 4) and high= (a deep layer) by name; feature_candidates(model) "
+                         "lists them all.")
     top = [f for f in deep if f['stride'] == max(g['stride'] for g in deep)]
-    if ms: return at4[-1], top[-1]                                              # an encoder's maps, in its order
-    pick = lambda fs: min(reversed(fs), key=_depth)                           # the outermost, then the latest
+    if ms: return at4[-1], top[-1]                               # an encoder's maps, in its order
+    pick = lambda fs: min(reversed(fs), key=_depth)              # the outermost, then the latest
     return pick(at4), pick(top)
 
 # %% ../nbs/03b_features.ipynb #a9f88d5d
@@ -201,41 +229,53 @@ def _what(x) -> str:
     if x is None: return "missing"
     if isinstance(x, torch.Tensor): return f"a tensor of shape {tuple(x.shape)}"
     if isinstance(x, dict): return f"a {type(x).__name__} with keys {list(x)[:6]}"
-    return f"a {type(x).__name__} of {len(x)} items" if isinstance(x, (list, tuple)) else f"a {type(x).__name__}"
+    return (f"a {type(x).__name__} of {len(x)} items" if isinstance(x, (list, tuple))
+            else f"a {type(x).__name__}")
 
 # %% ../nbs/03b_features.ipynb #7a8caba0
 def _given_layer(model: nn.Module, tr: _Trace, name, arg: str) -> dict:
-    "The feature map that `name` (of low= or high=, `arg`) names in trace `tr`: a module that runs once, and a map (B,C,h,w) in its output."
+    "The feature map that `name` (of `arg`, low= or high=) names in trace `tr`, checked."
     mod, path = _split_name(name, arg)
-    hint = f"feature_candidates(model) lists the names; here {_candidates_text(_candidates(model, tr)[1])}"
+    hint = ("feature_candidates(model) lists the names; here "
+            f"{_candidates_text(_candidates(model, tr)[1])}")
     try: m = model.get_submodule(mod)
-    except AttributeError: raise ValueError(f"{tr.model} has no layer {mod!r} ({arg}={name!r}): pass a name from "
-                                            f"base.named_modules(); {hint}.") from None
-    c = next((c for c in tr.calls.values() if c['module'] is m), {})          # by identity: an alias names the same module
-    if 'end' not in c: raise ValueError(f"Layer {mod!r} ({arg}=) did not run in the {tr.model}'s forward: name one that does; {hint}.")
-    if c['n'] > 1: raise ValueError(f"Layer {mod!r} ({arg}=) runs {c['n']} times in one forward of the {tr.model}, so its output "
-                                    f"is not one feature map: name a layer that runs once; {hint}.")
+    except AttributeError:
+        raise ValueError(f"{tr.model} has no layer {mod!r} ({arg}={name!r}): pass a name from "
+                         f"base.named_modules(); {hint}.") from None
+    c = next((c for c in tr.calls.values() if c['module'] is m), {})   # by identity: an alias too
+    if 'end' not in c: raise ValueError(f"Layer {mod!r} ({arg}=) did not run in the {tr.model}'s "
+                                        f"forward: name one that does; {hint}.")
+    if c['n'] > 1: raise ValueError(f"Layer {mod!r} ({arg}=) runs {c['n']} times in one forward of "
+                                    f"the {tr.model}, so its output is not one feature map: name a "
+                                    f"layer that runs once; {hint}.")
     t = _pick(c['out'], path)
-    if not (isinstance(t, torch.Tensor) and t.ndim == 4 and t.is_floating_point() and _stride(t, tr.size)):
+    if not (isinstance(t, torch.Tensor) and t.ndim == 4 and t.is_floating_point()
+            and _stride(t, tr.size)):
         inner = [_join_name(mod, p) for p, _ in _maps(c['out']) if p]
-        raise ValueError(f"{arg}={name!r} is {_what(t)}, not a feature map (B,C,h,w) of the image: " +
-                         (f"name an item of that layer's output, such as {', '.join(inner[:4])}" if inner else hint) + ".")
-    return dict(name=name, mod=mod, path=path, module=m, t=t, ch=t.shape[1], stride=_stride(t, tr.size), end=c['end'], inp=c['inp'])
+        raise ValueError(f"{arg}={name!r} is {_what(t)}, not a feature map (B,C,h,w) of the image: "
+                         + ("name an item of that layer's output, such as "
+                            f"{', '.join(inner[:4])}" if inner else hint) + ".")
+    return dict(name=name, mod=mod, path=path, module=m, t=t, ch=t.shape[1],
+                stride=_stride(t, tr.size), end=c['end'], inp=c['inp'])
 
 # %% ../nbs/03b_features.ipynb #47e5ad13
 def _check_pair(low: dict, high: dict, cands: list):
     "Refuse a deep feature `high` no deeper than `low`; warn of a `low` not at stride 4."
     if low['stride'] >= high['stride']:
-        raise ValueError(f"low={low['name']!r} is at stride {low['stride']} and high={high['name']!r} at stride {high['stride']}: "
-                         + ("they look swapped. " if low['stride'] > high['stride'] else "high must be deeper than low. ")
-                         + f"Pass low= a layer at stride 4 and high= a deeper one; here {_candidates_text(cands)}.")
+        raise ValueError(f"low={low['name']!r} is at stride {low['stride']} and "
+                         f"high={high['name']!r} at stride {high['stride']}: "
+                         + ("they look swapped. " if low['stride'] > high['stride']
+                            else "high must be deeper than low. ")
+                         + "Pass low= a layer at stride 4 and high= a deeper one; here "
+                           f"{_candidates_text(cands)}.")
     if low['stride'] != 4:
-        warnings.warn(f"low={low['name']!r} is at stride {low['stride']}, not 4: the embedder resizes it to stride 4. Layers at "
-                      f"{_candidates_text(cands).split(';')[0]}.", stacklevel=4)
+        warnings.warn(f"low={low['name']!r} is at stride {low['stride']}, not 4: the embedder "
+                      f"resizes it to stride 4. Layers at {_candidates_text(cands).split(';')[0]}.",
+                      stacklevel=4)
 
 # %% ../nbs/03b_features.ipynb #0c08ebf3
 def _layers(model: nn.Module, tr: _Trace, low=None, high=None) -> tuple:
-    "(low, high): the feature maps of trace `tr` named by `low` and `high`, or found where not named; checked."
+    "(low, high): the feature maps of trace `tr` named by `low` and `high`, or found; checked."
     auto = _auto_layers(model, tr) if low is None or high is None else (None, None)
     lo = auto[0] if low is None else _given_layer(model, tr, low, 'low')
     hi = auto[1] if high is None else _given_layer(model, tr, high, 'high')
@@ -244,17 +284,18 @@ def _layers(model: nn.Module, tr: _Trace, low=None, high=None) -> tuple:
 
 # %% ../nbs/03b_features.ipynb #2a4dde6d
 def feature_layers(base: nn.Module, low: str | None = None, high: str | None = None) -> tuple:
-    "(low, high): names of the stride-4 feature and of the deep feature of `base` that the embedder reads; found by one traced forward where not given."
+    "(low, high): names of `base`'s stride-4 and deep features for the embedder (found if None)."
     return tuple(f['name'] for f in _layers(base, _Trace(base), low, high))
 
 # %% ../nbs/03b_features.ipynb #79afd80f
 def feature_candidates(model: nn.Module, size: int = TRACE_SIZE) -> list:
-    "(name, channels, stride) of each feature map that `model` computes in one forward of a size x size image, in order: the names low= and high= take."
-    return [(f['name'], f['ch'], f['stride']) for f in _candidates(model, _Trace(model, size), '')[1]]
+    "(name, channels, stride) of each feature map of `model` on a size x size image (low=, high=)."
+    return [(f['name'], f['ch'], f['stride'])
+            for f in _candidates(model, _Trace(model, size), '')[1]]
 
 # %% ../nbs/03b_features.ipynb #3829e9bf
 def _logits(out, size=None) -> torch.Tensor:
-    "The scores (B,M,H,W) in a base model's output `out`: a tensor, a dict's 'out', an object's `.logits` (resized to `size`, the images' (H,W)), or a tuple's first item."
+    "The scores (B,M,H,W) in a base's output `out`: it, `['out']`, `.logits` (sized `size`), `[0]`."
     got = out
     if isinstance(out, dict) and 'out' in out: out = out['out']
     elif isinstance(getattr(out, 'logits', None), torch.Tensor):
@@ -263,8 +304,10 @@ def _logits(out, size=None) -> torch.Tensor:
             out = F.interpolate(out, tuple(size), mode='bilinear', align_corners=False)
     elif isinstance(out, tuple) and out: out = out[0]
     if not (isinstance(out, torch.Tensor) and out.ndim == 4 and out.is_floating_point()):
-        raise TypeError(f"The base model returned {_what(got)}" + (f" holding {_what(out)}" if out is not got else "") +
-                        ": expected its per-class scores, a float tensor (B,M,H,W), a dict with them under 'out' (as torchvision's "
-                        "models), a tuple whose first item they are, or an object with them as .logits (as transformers' models). "
+        raise TypeError(f"The base model returned {_what(got)}"
+                        + (f" holding {_what(out)}" if out is not got else "") +
+                        ": expected its per-class scores, a float tensor (B,M,H,W), a dict with "
+                        "them under 'out' (as torchvision's models), a tuple whose first item they "
+                        "are, or an object with them as .logits (as transformers' models). "
                         "Wrap the model in a module whose forward returns the scores.")
     return out

@@ -16,9 +16,9 @@ __all__ = ['confusion_matrix', 'mean_iou', 'mask_boundary', 'boundary_iou', 'bou
 
 # %% ../nbs/06_metrics.ipynb #7b6f4807
 def _as_maps(x, name: str) -> list:
-    "`x` (one (H,W) map, a (B,H,W) or (B,1,H,W) batch, or a sequence of maps/batches) as a list of 2-D numpy arrays."
+    "`x` (an (H,W) map, a (B,H,W) or (B,1,H,W) batch, or a sequence of them) as a list of maps."
     if isinstance(x, (list, tuple)):
-        items = [x] if len(x) and to_numpy(x[0]).ndim < 2 else list(x)  # a nested list of numbers is one map
+        items = [x] if len(x) and to_numpy(x[0]).ndim < 2 else list(x)  # nested numbers: one map
     elif hasattr(x, '__next__'): items = list(x)                        # a generator of maps
     else: items = [x]
     maps = []
@@ -26,11 +26,13 @@ def _as_maps(x, name: str) -> list:
         a = to_numpy(a)
         if a.ndim == 4 and a.shape[1] == 1: a = a[:, 0]
         if a.ndim not in (2, 3):
-            raise ValueError(f"{name} must hold (H,W) label maps or (B,H,W) batches, got an array of shape {tuple(a.shape)}. "
-                             "For (B,C,H,W) class scores pass scores.argmax(1).")
+            raise ValueError(f"{name} must hold (H,W) label maps or (B,H,W) batches, got an array "
+                             f"of shape {tuple(a.shape)}. For (B,C,H,W) class scores pass "
+                             "scores.argmax(1).")
         if a.dtype.kind not in 'biu':
-            raise TypeError(f"{name} has dtype {a.dtype}, but label maps must hold integer class indices. For scores or "
-                            "probabilities take the argmax over the class axis; for float-coded labels use .astype(int).")
+            raise TypeError(f"{name} has dtype {a.dtype}, but label maps must hold integer class "
+                            "indices. For scores or probabilities take the argmax over the class "
+                            "axis; for float-coded labels use .astype(int).")
         if a.ndim == 2: maps.append(a)
         else: maps.extend(a)
     if not maps: raise ValueError(f"{name} is empty: pass at least one label map.")
@@ -42,24 +44,27 @@ _MAX_CLASSES = 2**14   # a confusion matrix of n_classes² counts: 2 GiB at this
 def _classes(n_classes, ignore_index) -> tuple:
     "`n_classes` and `ignore_index` checked, as Python ints (`ignore_index` may be None)."
     n = as_int(n_classes, 'n_classes', lo=1, hi=_MAX_CLASSES,
-               hint=' It is the number of real classes (labels 0..n_classes-1); the metrics keep n_classes² counts.')
-    ig = None if ignore_index is None else as_int(ignore_index, 'ignore_index', hint=' It is the label of void pixels (e.g. 255), or None.')
+               hint=' It is the number of real classes (labels 0..n_classes-1); the metrics keep '
+                    'n_classes² counts.')
+    ig = None if ignore_index is None else as_int(
+        ignore_index, 'ignore_index', hint=' It is the label of void pixels (e.g. 255), or None.')
     return n, ig
 
 # %% ../nbs/06_metrics.ipynb #237f7c9c
 def _pairs(preds, gts, n_classes, ignore_index, names=('preds', 'gts')) -> list:
     "Checked list of (pred, gt) 2-D numpy pairs."
     _classes(n_classes, ignore_index)
-    pn, gn = names
-    P, G = _as_maps(preds, pn), _as_maps(gts, gn)
+    pn, gn = names; P, G = _as_maps(preds, pn), _as_maps(gts, gn)
     if len(P) != len(G):
-        raise ValueError(f"{pn} holds {len(P)} label maps but {gn} holds {len(G)}: pass one prediction per ground truth, in the same order.")
+        raise ValueError(f"{pn} holds {len(P)} label maps but {gn} holds {len(G)}: pass one "
+                         "prediction per ground truth, in the same order.")
     for i, (p, g) in enumerate(zip(P, G)):
         if p.shape != g.shape:
             at = '' if len(P) == 1 else f'[{i}]'
-            raise ValueError(f"{pn}{at} has shape {tuple(p.shape)} but {gn}{at} has shape {tuple(g.shape)}: each prediction must "
-                             "have the size of its label map (resize label maps with nearest-neighbour interpolation, "
-                             "or resize scores bilinearly before the argmax).")
+            raise ValueError(f"{pn}{at} has shape {tuple(p.shape)} but {gn}{at} has shape "
+                             f"{tuple(g.shape)}: each prediction must have the size of its label "
+                             "map (resize label maps with nearest-neighbour interpolation, or "
+                             "resize scores bilinearly before the argmax).")
     return list(zip(P, G))
 
 # %% ../nbs/06_metrics.ipynb #814f1b89
@@ -67,34 +72,34 @@ def _prep(p, g, n, ignore_index, at='', names=('preds', 'gts')):
     "Validated signed-int copies of one pair, with -1 (no class) at the ignored pixels of both."
     ign = None if ignore_index is None else g == ignore_index
     for name, a in ((names[1], g), (names[0], p)):
-        a = a if ign is None else np.where(ign, a.dtype.type(0), a)     # checks run in the input dtype (often uint8)
-        if a.min() < 0 or a.max() >= n:                                   # fast check; find the culprit only on failure
+        a = a if ign is None else np.where(ign, a.dtype.type(0), a)     # checked in the input dtype
+        if a.min() < 0 or a.max() >= n:                                 # fast; the culprit if not
             v = int(a[(a < 0) | (a >= n)][0])
             if name == names[1]:
-                raise ValueError(f"{name}{at} holds label {v}, outside 0..{n-1} for n_classes={n}. If {v} marks void/unlabelled "
-                                 f"pixels pass ignore_index={v}; if it is a real class raise n_classes.")
-            raise ValueError(f"{name}{at} holds label {v} at a pixel that is not ignored, outside 0..{n-1} for n_classes={n}: "
-                             "predictions must be class indices (check n_classes, or map the model's extra outputs to real classes).")
-    dt = np.int32 if n*(n + 1) < 2**31 else np.int64
-    p, g = p.astype(dt), g.astype(dt)
+                raise ValueError(f"{name}{at} holds label {v}, outside 0..{n-1} for n_classes={n}. "
+                                 f"If {v} marks void/unlabelled pixels pass ignore_index={v}; if "
+                                 "it is a real class raise n_classes.")
+            raise ValueError(f"{name}{at} holds label {v} at a pixel that is not ignored, outside "
+                             f"0..{n-1} for n_classes={n}: predictions must be class indices "
+                             "(check n_classes, or map the model's extra outputs to real classes).")
+    dt = np.int32 if n*(n + 1) < 2**31 else np.int64; p, g = p.astype(dt), g.astype(dt)
     if ign is not None: np.copyto(g, -1, where=ign); np.copyto(p, -1, where=ign)
     return p, g
 
 # %% ../nbs/06_metrics.ipynb #b2013ffb
 def _scored(n, ignore_index) -> np.ndarray:
-    "Bool mask of the classes that can be scored (all but `ignore_index` when it is a class index)."
+    "Bool mask of the classes that can be scored (all but `ignore_index` if it is a class index)."
     keep = np.ones(n, bool)
     if ignore_index is not None and 0 <= ignore_index < n: keep[ignore_index] = False
     return keep
 
 # %% ../nbs/06_metrics.ipynb #76e38adf
 def _iou(cm, keep) -> np.ndarray:
-    "Per-class IoU from a confusion matrix, NaN for classes that are not scored or have an empty union."
+    "Per-class IoU from a confusion matrix, NaN for classes not scored or with an empty union."
     tp = np.diag(cm).astype(np.float64)
     union = cm.sum(0) + cm.sum(1) - tp
     iou = np.full(len(tp), np.nan)
-    ok = (union > 0) & keep
-    iou[ok] = tp[ok] / union[ok]
+    ok = (union > 0) & keep; iou[ok] = tp[ok] / union[ok]
     return iou
 
 # %% ../nbs/06_metrics.ipynb #2f2fe8c9
@@ -106,10 +111,11 @@ def _mean(x) -> float:
 # %% ../nbs/06_metrics.ipynb #ceac764d
 def _band(m, width, border) -> np.ndarray:
     "Inner band of uint8 0/1 mask `m`: `m` minus its erosion by a (2*width+1) square."
-    if width >= max(m.shape):                   # the square covers the whole mask from any pixel (and leaves the image)
+    if width >= max(m.shape):                   # the square covers the whole mask from any pixel
         return m > 0 if border or not m.all() else np.zeros(m.shape, bool)
     k = cv2.getStructuringElement(cv2.MORPH_RECT, (2*width+1, 2*width+1))
-    er = cv2.erode(m, k, borderType=cv2.BORDER_CONSTANT, borderValue=0) if border else cv2.erode(m, k)  # default border: no erosion
+    er = (cv2.erode(m, k, borderType=cv2.BORDER_CONSTANT, borderValue=0) if border
+          else cv2.erode(m, k))                 # the default border: no erosion
     return m > er
 
 # %% ../nbs/06_metrics.ipynb #d77ce67a
@@ -126,29 +132,28 @@ def _tol_px(tolerance, h, w) -> float:
 # %% ../nbs/06_metrics.ipynb #a36908c8
 def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
     "Additive statistics of one prepared pair (int64 maps, -1 at ignored pixels)."
-    h, w = g.shape
-    v = g >= 0
-    idx = np.where(v, n*g + p, n*n).ravel()                                       # ignored pixels go to an extra bin
-    cm = np.bincount(idx, minlength=n*n + 1)[:n*n].reshape(n, n)
-    out = {'cm': cm}
-    if d_ratio is not None: biou = out['biou'] = np.zeros((2, n), np.int64)      # intersections, unions
-    if tol is not None: bf = out['bf'] = np.zeros((2, n))                         # sum of F, number of (image, class) pairs
+    h, w = g.shape; v = g >= 0
+    idx = np.where(v, n*g + p, n*n).ravel()                        # ignored pixels: an extra bin
+    cm = np.bincount(idx, minlength=n*n + 1)[:n*n].reshape(n, n); out = {'cm': cm}
+    if d_ratio is not None: biou = out['biou'] = np.zeros((2, n), np.int64)  # intersections, unions
+    if tol is not None: bf = out['bf'] = np.zeros((2, n))    # sums of F, pair counts
     if d_ratio is not None or tol is not None:
-        d = max(1, int(round(min(d_ratio * math.hypot(h, w), max(h, w))))) if d_ratio is not None else None  # wider: the whole mask
-        r = min(_tol_px(tol, h, w), _reach(h, w)) if tol is not None else None   # farther: every pixel matches
+        d = (max(1, int(round(min(d_ratio * math.hypot(h, w), max(h, w)))))  # wider: the whole mask
+             if d_ratio is not None else None)
+        r = min(_tol_px(tol, h, w), _reach(h, w)) if tol is not None else None  # farther: all match
         disk = None
-        for c in np.flatnonzero(cm.sum(0) + cm.sum(1)):                          # classes present in pred or gt
-            pc, gc = p == c, g == c
-            sl = _bbox(pc | gc)
-            pc, gc = np.ascontiguousarray(pc[sl]).view(np.uint8), np.ascontiguousarray(gc[sl]).view(np.uint8)
+        for c in np.flatnonzero(cm.sum(0) + cm.sum(1)):              # classes present in pred or gt
+            pc, gc = p == c, g == c; sl = _bbox(pc | gc)
+            pc, gc = (np.ascontiguousarray(pc[sl]).view(np.uint8),
+                      np.ascontiguousarray(gc[sl]).view(np.uint8))
             if d is not None:
                 bp, bg = _band(pc, d, True), _band(gc, d, True)
                 biou[0, c] += np.count_nonzero(bp & bg); biou[1, c] += np.count_nonzero(bp | bg)
             if r is not None:
                 bp, bg = _band(pc, 1, False), _band(gc, 1, False)
                 n_p, n_g = np.count_nonzero(bp), np.count_nonzero(bg)
-                if n_p == 0 or n_g == 0: f = float(n_p == n_g and pc.any() and gc.any())  # both contour-free: same region?
-                elif r >= _reach(*pc.shape): f = 1.                                      # every contour pixel within reach
+                if n_p == 0 or n_g == 0: f = float(n_p == n_g and pc.any() and gc.any())
+                elif r >= _reach(*pc.shape): f = 1.                        # all within reach
                 else:
                     if disk is None: disk = _disk_of(r)
                     prec = np.count_nonzero(bp & (cv2.dilate(bg.view(np.uint8), disk) > 0)) / n_p
@@ -156,11 +161,12 @@ def _image_stats(p, g, n, d_ratio=None, tol=None, widths=()) -> dict:
                     f = 2*prec*rec / (prec + rec) if prec + rec > 0 else 0.
                 bf[0, c] += f; bf[1, c] += 1
     if len(widths):
-        e, ws = _edges_t(g), sorted(set(widths))                   # the band of each width from one edge map
-        k = np.zeros(g.size, np.int64)                              # per pixel: how many (nested) bands miss it, so
-        for wd in ws: k += ~_dilate_t(e, wd).ravel()                # the pixel is in the band of ws[i] iff k <= i
-        cnt = np.bincount(k*(n*n + 1) + idx, minlength=(len(ws) + 1)*(n*n + 1)).reshape(-1, n*n + 1)[:-1, :n*n].cumsum(0)
-        out['trimap'] = cnt[[ws.index(wd) for wd in widths]].reshape(len(widths), n, n)   # void: idx's extra bin
+        e, ws = _edges_t(g), sorted(set(widths))          # each width's band from one edge map
+        k = np.zeros(g.size, np.int64)                     # per pixel: how many bands miss it:
+        for wd in ws: k += ~_dilate_t(e, wd).ravel()       # in the band of ws[i] iff k <= i
+        cnt = np.bincount(k*(n*n + 1) + idx, minlength=(len(ws) + 1)*(n*n + 1)).reshape(
+            -1, n*n + 1)[:-1, :n*n].cumsum(0)
+        out['trimap'] = cnt[[ws.index(wd) for wd in widths]].reshape(len(widths), n, n)
     return out
 
 # %% ../nbs/06_metrics.ipynb #d4409fa8
@@ -171,70 +177,73 @@ def _add_stats(tot: dict | None, s: dict) -> dict:
 # %% ../nbs/06_metrics.ipynb #a928df89
 def _stats(preds, gts, n_classes, ignore_index=None, names=('preds', 'gts'), **kw) -> dict:
     "`_image_stats` summed over a data set, after checking the inputs."
-    n_classes, ignore_index = _classes(n_classes, ignore_index)         # Python ints: no numpy overflow in n*n
+    n_classes, ignore_index = _classes(n_classes, ignore_index)         # ints: no overflow in n*n
     pairs, tot = _pairs(preds, gts, n_classes, ignore_index, names), None
     for i, (p, g) in enumerate(pairs):
         p, g = _prep(p, g, n_classes, ignore_index, '' if len(pairs) == 1 else f'[{i}]', names)
-        s = _image_stats(p, g, n_classes, **kw)
-        tot = _add_stats(tot, s)
+        s = _image_stats(p, g, n_classes, **kw); tot = _add_stats(tot, s)
     return tot
 
 # %% ../nbs/06_metrics.ipynb #e32f0889
 def confusion_matrix(preds, gts, n_classes: int, ignore_index: int | None = None) -> np.ndarray:
-    "(n_classes, n_classes) pixel counts over the data set: row = ground-truth class, column = predicted class."
+    "(n_classes, n_classes) pixel counts over the data set; row: true class, column: predicted."
     return _stats(preds, gts, n_classes, ignore_index)['cm']
 
 # %% ../nbs/06_metrics.ipynb #a3625c50
 def mean_iou(preds, gts, n_classes: int, ignore_index: int | None = None, per_class: bool = False):
-    "Data-set mean IoU over the classes with a non-empty union; with `per_class`, also the per-class IoUs (NaN = not scored)."
+    "Data-set mean IoU over classes with a non-empty union; `per_class`: and the IoUs."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
-    iou = _iou(confusion_matrix(preds, gts, n_classes, ignore_index), _scored(n_classes, ignore_index))
+    iou = _iou(confusion_matrix(preds, gts, n_classes, ignore_index),
+               _scored(n_classes, ignore_index))
     return (_mean(iou), iou) if per_class else _mean(iou)
 
 # %% ../nbs/06_metrics.ipynb #eba1a7fd
 def mask_boundary(mask, width: int = 1, border: bool = True) -> np.ndarray:
-    "Inner boundary band of a binary (H,W) mask: `mask` minus its erosion by a (2*width+1) square; `border`: the image frame is a contour."
+    "Inner band of binary (H,W) `mask`: less its erosion by a (2*width+1) square (`border`: frame)."
     m = to_numpy(mask)
-    if m.ndim != 2: raise ValueError(f"mask must be one (H,W) binary mask, got shape {tuple(m.shape)}.")
+    if m.ndim != 2:
+        raise ValueError(f"mask must be one (H,W) binary mask, got shape {tuple(m.shape)}.")
     width = as_int(width, 'width', lo=1, hint=' It is the band width in pixels.')
     return _band((m != 0).astype(np.uint8), width, border)
 
 # %% ../nbs/06_metrics.ipynb #5fbe8e81
-def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02, ignore_index: int | None = None,
-                 per_class: bool = False):
-    "Boundary IoU (Cheng et al. 2021) per class, summed over the data set, averaged over classes with a non-empty band union."
+def boundary_iou(preds, gts, n_classes: int, dilation_ratio: float = 0.02,
+                 ignore_index: int | None = None, per_class: bool = False):
+    "Boundary IoU (Cheng et al. 2021) per class over the data set, mean over classes with a band."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
-    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0, hint=' It is a fraction of the image diagonal (0.02 in the paper).')
+    dilation_ratio = as_float(dilation_ratio, 'dilation_ratio', lo=0,
+                              hint=' It is a fraction of the image diagonal (0.02 in the paper).')
     inter, union = _stats(preds, gts, n_classes, ignore_index, d_ratio=dilation_ratio)['biou']
     res = np.full(n_classes, np.nan)
-    ok = (union > 0) & _scored(n_classes, ignore_index)
-    res[ok] = inter[ok] / union[ok]
+    ok = (union > 0) & _scored(n_classes, ignore_index); res[ok] = inter[ok] / union[ok]
     return (_mean(res), res) if per_class else _mean(res)
 
 # %% ../nbs/06_metrics.ipynb #2578bf24
 def _tolerance(tolerance) -> float:
     "`tolerance` checked: a number >= 0, in pixels or, below 1, a fraction of the image diagonal."
-    return as_float(tolerance, 'tolerance', lo=0, hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
+    return as_float(tolerance, 'tolerance', lo=0,
+                    hint=' It is in pixels, or a fraction of the image diagonal when below 1.')
 
 # %% ../nbs/06_metrics.ipynb #70154d72
 def _bf_scores(bf, keep) -> tuple:
-    "(mean F over the scored (image, class) pairs, per-class F) from summed statistics `bf` = (sums of F, pair counts)."
+    "(mean F over the scored (image, class) pairs, per-class F) from `bf` (sums of F, pair counts)."
     (fsum, cnt), res = bf, np.full(len(keep), np.nan)
-    ok = (cnt > 0) & keep
-    res[ok] = fsum[ok] / cnt[ok]
+    ok = (cnt > 0) & keep; res[ok] = fsum[ok] / cnt[ok]
     return (float(fsum[keep].sum() / cnt[keep].sum()) if cnt[keep].sum() else float('nan')), res
 
 # %% ../nbs/06_metrics.ipynb #5d333e66
-def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None, per_class: bool = False):
-    "Boundary F-measure (DAVIS-style), mean over (image, class) pairs in which the class is present; `tolerance` in px, or a fraction of the diagonal when < 1."
+def boundary_f1(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None,
+                per_class: bool = False):
+    "Boundary F-measure (DAVIS-style), mean over (image, class) pairs with the class present."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     bf = _stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance))['bf']
     m, res = _bf_scores(bf, _scored(n_classes, ignore_index))
     return (m, res) if per_class else m
 
 # %% ../nbs/06_metrics.ipynb #0c1b76a8
-def _bf_miou_stats(pred, gt, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> dict:
-    "What `boundary_f1` and `mean_iou` read of one map `pred` against `gt`: statistics that add up over images (sum them with `+` per key)."
+def _bf_miou_stats(pred, gt, n_classes: int, tolerance: float = 3,
+                   ignore_index: int | None = None) -> dict:
+    "What `boundary_f1` and `mean_iou` read of `pred` against `gt`: statistics that add up by key."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     return _stats([pred], [gt], n_classes, ignore_index, tol=_tolerance(tolerance))
 
@@ -246,46 +255,48 @@ def _bf_miou_of(stats: dict, n_classes: int, ignore_index: int | None = None) ->
     return _bf_scores(stats['bf'], keep)[0], _mean(_iou(stats['cm'], keep))
 
 # %% ../nbs/06_metrics.ipynb #e3e4e69f
-def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3, ignore_index: int | None = None) -> tuple:
+def _bf_and_miou(preds, gts, n_classes: int, tolerance: float = 3,
+                 ignore_index: int | None = None) -> tuple:
     "(`boundary_f1`, `mean_iou`) of the same maps, from one pass over them."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
-    return _bf_miou_of(_stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)), n_classes, ignore_index)
+    return _bf_miou_of(_stats(preds, gts, n_classes, ignore_index, tol=_tolerance(tolerance)),
+                       n_classes, ignore_index)
 
 # %% ../nbs/06_metrics.ipynb #93803249
 def _contour(lab: np.ndarray) -> np.ndarray:
-    "Bool map of the pixels of uint8 label map `lab` with an 8-neighbour of another label (pixels beyond the image: none)."
+    "Bool map of the pixels of uint8 label map `lab` with an 8-neighbour of another label."
     k = np.ones((3, 3), np.uint8)
     return cv2.dilate(lab, k) != cv2.erode(lab, k)
 
 # %% ../nbs/06_metrics.ipynb #50d107f1
 class _TruthScorer:
-    "`_bf_miou_stats` of many predictions against one ground truth: the truth's contours once, each prediction counted where it differs from a reference (`rebase`)."
+    "`_bf_miou_stats` of many predictions against one truth, counted where new (`rebase`)."
     def __init__(self, gt, n_classes: int, tolerance: float = 3, ignore_index: int|None = None):
         self.n, self.ignore = _classes(n_classes, ignore_index)
         self.gt, self.tol = gt, _tolerance(tolerance)
-        if self.n > 64: return                                             # `stats` falls back to `_bf_miou_stats`
+        if self.n > 64: return                          # `stats` falls back to `_bf_miou_stats`
         g = _prep(gt, gt, self.n, self.ignore, names=('gt', 'gt'))[1]
         (h, w), self.void = g.shape, g < 0
         disk = _disk_of(min(_tol_px(self.tol, h, w), _reach(h, w)))
         self.R = R = disk.shape[0] // 2
-        self.reach = cv2.dilate(np.pad(disk, 1), np.ones((3, 3), np.uint8))   # how far a changed pixel moves matches
+        self.reach = cv2.dilate(np.pad(disk, 1), np.ones((3, 3), np.uint8))  # a change's reach
         gb, self.ng = _contour((g + 1).astype(np.uint8)) & ~self.void, (self.n * g).ravel()
-        self.q = np.flatnonzero(gb); self.qc = g.ravel()[self.q]            # the truth's contour pixels, their classes
+        self.q = np.flatnonzero(gb); self.qc = g.ravel()[self.q]   # truth contour pixels, classes
         self.qc1, self.n_g = (self.qc + 1).astype(np.uint8), np.bincount(self.qc, minlength=self.n)
-        self.near = np.zeros((h, w), np.uint64)                            # bit c: a class-c truth contour within reach
+        self.near = np.zeros((h, w), np.uint64)          # bit c: a class-c truth contour in reach
         for c in np.flatnonzero(self.n_g):
-            self.near |= (cv2.dilate((gb & (g == c)).view(np.uint8), disk) > 0).astype(np.uint64) << np.uint64(c)
+            self.near |= ((cv2.dilate((gb & (g == c)).view(np.uint8), disk) > 0).astype(np.uint64)
+                          << np.uint64(c))
         self.near, (dy, dx) = self.near.ravel(), np.nonzero(disk)
-        q_pad = (self.q // w + R) * (w + 2*R) + self.q % w + R            # each truth contour pixel's disk, as flat
-        self.around = q_pad[:, None] + ((dy - R) * (w + 2*R) + dx - R)[None]   # indices into a map padded by R
+        q_pad = (self.q // w + R) * (w + 2*R) + self.q % w + R   # each truth contour pixel's disk
+        self.around = q_pad[:, None] + ((dy - R) * (w + 2*R) + dx - R)[None]  # in a map padded by R
         self.rebase(np.full((h, w), -1, np.int32))
 
 # %% ../nbs/06_metrics.ipynb #c0f717ef
 @patch
 def _contours(self: _TruthScorer, p) -> tuple:
-    "(contour pixels of prepared map `p`, its labels + 1 on them and 0 elsewhere, padded by the tolerance and flat)."
-    lab, R = (p + 1).astype(np.uint8), self.R
-    pb = _contour(lab) & (p >= 0)
+    "(contour pixels of prepared map `p`, its labels + 1 on them (else 0), padded by `R`, flat)."
+    lab, R = (p + 1).astype(np.uint8), self.R; pb = _contour(lab) & (p >= 0)
     code = np.zeros((p.shape[0] + 2*R, p.shape[1] + 2*R), np.uint8)
     np.multiply(lab, pb, out=code[R:R + p.shape[0], R:R + p.shape[1]])
     return pb, code.ravel()
@@ -293,53 +304,53 @@ def _contours(self: _TruthScorer, p) -> tuple:
 # %% ../nbs/06_metrics.ipynb #d11b41f7
 @patch
 def _found(self: _TruthScorer, code, at) -> np.ndarray:
-    "Whether the truth contour pixels `at` have a predicted contour pixel of their class within the tolerance."
+    "Whether the truth contour pixels `at` have a predicted contour pixel of their class in reach."
     return (code.take(self.around[at]) == self.qc1[at, None]).any(1)
 
 # %% ../nbs/06_metrics.ipynb #523efc27
 @patch
 def _hits(self: _TruthScorer, p, pb, idx) -> tuple:
-    "(counts per class of the predicted contour pixels among flat pixels `idx`, of those near a truth contour of their class)."
-    on = pb.ravel()[idx]
-    c, near = p.ravel()[idx][on], self.near[idx][on]
+    "(counts per class of predicted contour pixels in flat `idx`, of those near a truth contour)."
+    on = pb.ravel()[idx]; c, near = p.ravel()[idx][on], self.near[idx][on]
     hit = ((near >> c.astype(np.uint64)) & np.uint64(1)).astype(bool)
     return np.bincount(c, minlength=self.n), np.bincount(c[hit], minlength=self.n)
 
 # %% ../nbs/06_metrics.ipynb #559878a3
 @patch
 def _counts(self: _TruthScorer, p, pb, code) -> dict:
-    "The exact counts of prepared map `p` (contours `pb`, `code`): the reference's, recounted where `p` differs from it."
+    "The counts of prepared map `p` (contours `pb`, `code`): the reference's, recounted where new."
     (p0, pb0, found0, k0), n = self.ref, self.n
-    d = p != p0
-    di = np.flatnonzero(d)
+    d = p != p0; di = np.flatnonzero(d)
     old, ng = p0.ravel()[di], self.ng[di]
-    had = old >= 0                                                         # (the first reference has no class anywhere)
-    cm = np.bincount(ng + p.ravel()[di], minlength=n*n) - np.bincount(ng[had] + old[had], minlength=n*n)
+    had = old >= 0                                      # (the first reference has no class)
+    cm = (np.bincount(ng + p.ravel()[di], minlength=n*n)
+          - np.bincount(ng[had] + old[had], minlength=n*n))
     s1 = np.flatnonzero(cv2.dilate(d.view(np.uint8), np.ones((3, 3), np.uint8)))
     (a, b), (a0, b0) = self._hits(p, pb, s1), self._hits(p0, pb0, s1)
-    at = np.flatnonzero(cv2.dilate(d.view(np.uint8), self.reach).ravel()[self.q])
-    qa = self.qc[at]
-    hit_g = np.bincount(qa[self._found(code, at)], minlength=n) - np.bincount(qa[found0[at]], minlength=n)
-    return dict(cm=k0['cm'] + cm.reshape(n, n), n_p=k0['n_p'] + a - a0, hit_p=k0['hit_p'] + b - b0, hit_g=k0['hit_g'] + hit_g)
+    at = np.flatnonzero(cv2.dilate(d.view(np.uint8), self.reach).ravel()[self.q]); qa = self.qc[at]
+    hit_g = (np.bincount(qa[self._found(code, at)], minlength=n)
+             - np.bincount(qa[found0[at]], minlength=n))
+    return dict(cm=k0['cm'] + cm.reshape(n, n), n_p=k0['n_p'] + a - a0, hit_p=k0['hit_p'] + b - b0,
+                hit_g=k0['hit_g'] + hit_g)
 
 # %% ../nbs/06_metrics.ipynb #fb3e1fc8
 @patch
 def _prepared(self: _TruthScorer, pred) -> np.ndarray:
-    p = np.asarray(to_numpy(pred)).astype(np.int32)                       # labels: made by brefine, in range
+    p = np.asarray(to_numpy(pred)).astype(np.int32)            # labels: made by brefine, in range
     if p.shape != self.void.shape:
-        raise ValueError(f"A prediction of shape {p.shape} cannot be scored against a ground truth of shape {self.void.shape}: "
-                         "each ground truth must have the size of its image (resize label maps with nearest-neighbour interpolation).")
-    p[self.void] = -1
-    return p
+        raise ValueError(f"A prediction of shape {p.shape} cannot be scored against a ground truth "
+                         f"of shape {self.void.shape}: each ground truth must have the size of its "
+                         "image (resize label maps with nearest-neighbour interpolation).")
+    p[self.void] = -1; return p
 
 # %% ../nbs/06_metrics.ipynb #a180f14b
 @patch
 def rebase(self: _TruthScorer, pred):
     "Count `pred` in full, and make it the reference that later predictions are counted against."
     if self.n > 64: return self
-    p = self._prepared(pred)
-    pb, code = self._contours(p)
-    if (p < 0).all(): k = {k: np.zeros((self.n, self.n) if k == 'cm' else self.n, np.int64) for k in ('cm', 'n_p', 'hit_p', 'hit_g')}
+    p = self._prepared(pred); pb, code = self._contours(p)
+    if (p < 0).all(): k = {k: np.zeros((self.n, self.n) if k == 'cm' else self.n, np.int64)
+                           for k in ('cm', 'n_p', 'hit_p', 'hit_g')}
     else: k = self._counts(p, pb, code)
     self.ref = (p, pb, self._found(code, slice(None)), k)
     return self
@@ -349,8 +360,7 @@ def rebase(self: _TruthScorer, pred):
 def stats(self: _TruthScorer, pred) -> dict:
     "`_bf_miou_stats(pred, gt, ...)`: the confusion matrix and the boundary F sums of `pred`."
     if self.n > 64: return _bf_miou_stats(pred, self.gt, self.n, self.tol, self.ignore)
-    p = self._prepared(pred)
-    k = self._counts(p, *self._contours(p))
+    p = self._prepared(pred); k = self._counts(p, *self._contours(p))
     cm, n_p, n_g, bf = k['cm'], k['n_p'], self.n_g, np.zeros((2, self.n))
     has_p, has_g = cm.sum(0) > 0, cm.sum(1) > 0
     for c in np.flatnonzero(has_p | has_g):
@@ -363,22 +373,28 @@ def stats(self: _TruthScorer, pred) -> dict:
 
 # %% ../nbs/06_metrics.ipynb #8dbe930e
 def trimap_mask(gt, width: float, ignore_index: int | None = None) -> np.ndarray:
-    "Bool (H,W) mask of the non-void pixels within `width` px of a ground-truth label change (4-neighbourhood)."
+    "Bool (H,W) mask of the non-void pixels within `width` px of a ground-truth label change."
     g = to_numpy(gt)
     if g.ndim != 2: raise ValueError(f"gt must be one (H,W) label map, got shape {tuple(g.shape)}.")
-    width = as_float(width, 'width', lo=0, hint=' It is the distance in pixels from a ground-truth boundary.')
+    width = as_float(width, 'width', lo=0,
+                     hint=' It is the distance in pixels from a ground-truth boundary.')
     if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
     return _band_t(g.astype(np.int64), width, ignore_index)
 
 # %% ../nbs/06_metrics.ipynb #dcd6070d
-def trimap_iou(preds, gts, n_classes: int, width, ignore_index: int | None = None, per_class: bool = False):
-    "mIoU over the pixels within `width` px of a ground-truth boundary; a sequence of widths gives {width: value}."
+def trimap_iou(preds, gts, n_classes: int, width, ignore_index: int | None = None,
+               per_class: bool = False):
+    "mIoU of the pixels within `width` px of a true boundary; a sequence of widths: {width: value}."
     n_classes, ignore_index = _classes(n_classes, ignore_index)
     many = not (np.isscalar(width) or np.ndim(width) == 0)
     widths = tuple(width) if many else (width,)
-    if not widths: raise ValueError("width is an empty sequence: pass a width in pixels, or a non-empty sequence of them.")
-    for w in widths: as_float(w, 'width', lo=0, hint=' It is the distance in pixels from a ground-truth boundary.')
+    if not widths:
+        raise ValueError("width is an empty sequence: pass a width in pixels, or a non-empty "
+                         "sequence of them.")
+    for w in widths: as_float(w, 'width', lo=0,
+                              hint=' It is the distance in pixels from a ground-truth boundary.')
     tm = _stats(preds, gts, n_classes, ignore_index, widths=widths)['trimap']
     keep = _scored(n_classes, ignore_index)
-    res = [(lambda iou: (_mean(iou), iou) if per_class else _mean(iou))(_iou(cm, keep)) for cm in tm]
+    res = [(lambda iou: (_mean(iou), iou) if per_class else _mean(iou))(_iou(cm, keep))
+           for cm in tm]
     return dict(zip(widths, res)) if many else res[0]

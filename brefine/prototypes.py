@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
-from .core import atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain, _norm_stats, _embedding
+from .core import (atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain,
+                          _norm_stats, _embedding)
 from .band import batch_band, TRAIN_RADIUS
 from .embedder_io import embedder_fingerprint
 from .triplets import band_features
@@ -24,29 +25,41 @@ def _class_names(names, n: int) -> list|None:
     "`names` as a list of `n` Python strings (a list, tuple or numpy array of str), or None."
     if names is None: return None
     if isinstance(names, (str, bytes)):
-        raise TypeError(f"names must be a list of class names, got the single string {names!r}: pass one name per class, e.g. ['sky', 'road'].")
+        raise TypeError(f"names must be a list of class names, got the single string {names!r}: "
+                        "pass one name per class, e.g. ['sky', 'road'].")
     try: names = names.tolist() if isinstance(names, np.ndarray) else list(names)
-    except TypeError: raise TypeError(f"names must be a list of class names (strings), got {type(names).__name__}.") from None
+    except TypeError: raise TypeError("names must be a list of class names (strings), got "
+                                      f"{type(names).__name__}.") from None
     bad = [o for o in names if not isinstance(o, str)]
-    if bad: raise TypeError(f"names must be strings, got {bad[0]!r} ({type(bad[0]).__name__}): pass e.g. [str(c) for c in names].")
-    if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one name per class.")
+    if bad: raise TypeError(f"names must be strings, got {bad[0]!r} ({type(bad[0]).__name__}): "
+                            "pass e.g. [str(c) for c in names].")
+    if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one "
+                                         "name per class.")
     twice = next((o for o in names if names.count(o) > 1), None)
-    if twice is not None: raise ValueError(f"names holds {twice!r} twice: each class needs its own name.")
+    if twice is not None:
+        raise ValueError(f"names holds {twice!r} twice: each class needs its own name.")
     return [str(o) for o in names]
 
 # %% ../nbs/04_prototypes.ipynb #61944f5e
 def _channel_stat(v, name: str) -> tuple|None:
-    "`v` (3 numbers: sequence, array or tensor) as a tuple of 3 finite Python floats on the 0..1 scale, or None."
+    "`v` (3 numbers: sequence, array or tensor) as 3 finite floats on the 0..1 scale, or None."
     if v is None: return None
-    if isinstance(v, (torch.Tensor, np.ndarray)): v = v.tolist() if v.ndim == 0 else v.reshape(-1).tolist()
+    if isinstance(v, (torch.Tensor, np.ndarray)):
+        v = v.tolist() if v.ndim == 0 else v.reshape(-1).tolist()
     if isinstance(v, (str, bytes)) or not hasattr(v, '__len__') or len(v) != 3:
-        raise ValueError(f"{name} must hold 3 numbers, one per RGB channel on the 0..1 scale (e.g. fastai's imagenet_stats), got {v!r}.")
+        raise ValueError(f"{name} must hold 3 numbers, one per RGB channel on the 0..1 scale (e.g. "
+                         f"fastai's imagenet_stats), got {v!r}.")
     vals = tuple(as_float(o, f'{name}[{i}]') for i, o in enumerate(v))
     if not all(map(math.isfinite, vals)): raise ValueError(f"{name} must be finite, got {vals}.")
     if any(o > 1 for o in vals):
-        raise ValueError(f"{name}={vals} is on the 0..255 scale, but image statistics must be on the 0..1 scale: divide them by 255.")
-    if name == 'std' and min(vals) <= 0: raise ValueError(f"std must be > 0 for every channel (images are divided by it), got {vals}.")
-    if name == 'mean' and min(vals) < 0: raise ValueError(f"mean must be between 0 and 1 for every channel (0..1 scale), got {vals}.")
+        raise ValueError(f"{name}={vals} is on the 0..255 scale, but image statistics must be on "
+                         "the 0..1 scale: divide them by 255.")
+    if name == 'std' and min(vals) <= 0:
+        raise ValueError(f"std must be > 0 for every channel (images are divided by it), got "
+                         f"{vals}.")
+    if name == 'mean' and min(vals) < 0:
+        raise ValueError(f"mean must be between 0 and 1 for every channel (0..1 scale), got "
+                         f"{vals}.")
     return vals
 
 # %% ../nbs/04_prototypes.ipynb #fe7ad371
@@ -54,15 +67,19 @@ def _norm_pair(mean, std) -> tuple:
     "Checked (mean, std): both 3 floats on the 0..1 scale, or both None."
     mean, std = _channel_stat(mean, 'mean'), _channel_stat(std, 'std')
     if (mean is None) != (std is None):
-        raise ValueError(f"mean and std go together: got only the {'mean' if std is None else 'std'}. Pass both (e.g. imagenet_stats), or neither for images already normalised.")
+        raise ValueError("mean and std go together: got only the "
+                         f"{'mean' if std is None else 'std'}. Pass both (e.g. imagenet_stats), or "
+                         "neither for images already normalised.")
     return mean, std
 
 # %% ../nbs/04_prototypes.ipynb #32bcb7e5
 def _pixel_counts(counts) -> torch.Tensor:
-    "`counts`, numbers of band pixels, as int64; refused when one is not a whole number (never truncated)."
+    "`counts`, numbers of band pixels, as int64; refused when one is not whole (never truncated)."
     c = torch.as_tensor(counts)
-    if (c.is_floating_point() or c.is_complex()) and not torch.equal(c, c.real.round() if c.is_complex() else c.round()):
-        raise ValueError(f"counts are numbers of band pixels and must be whole numbers, got {c[c != c.round()][0].item()}: "
+    if (c.is_floating_point() or c.is_complex()) and not torch.equal(
+            c, c.real.round() if c.is_complex() else c.round()):
+        raise ValueError("counts are numbers of band pixels and must be whole numbers, got "
+                         f"{c[c != c.round()][0].item()}: "
                          "pass the counts the extraction gave (Prototypes.counts).")
     return c.real.to(torch.int64) if c.is_complex() else c.to(torch.int64)
 
@@ -73,30 +90,38 @@ PROTOTYPES_VERSION = 1
 class Prototypes:
     "Per-class mean band embeddings, with the settings they were computed under."
     def __init__(self,
-                 vectors: torch.Tensor,    # (L, C) float: the mean band embedding of each class (rows of missing classes are ignored)
-                 counts: torch.Tensor,     # (L,) int: band pixels averaged into each vector; 0 marks a missing class
+                 vectors: torch.Tensor,    # (L, C) float: mean band embedding per class
+                 counts: torch.Tensor,     # (L,) int: band pixels per vector; 0: class missing
                  names: list|None = None,  # class names (strings), when known
-                 train_radius: int = TRAIN_RADIUS,    # radius of the ground-truth band the vectors were averaged over
-                 mean: tuple|None = None,  # per-channel image mean (0..1 scale) the embedder expects, for raw images
+                 train_radius: int = TRAIN_RADIUS,    # radius of the band averaged over
+                 mean: tuple|None = None,  # image mean (0..1 scale) the embedder expects
                  std: tuple|None = None,   # per-channel image std (0..1 scale)
                  ignore_index: int|None = None,
-                 fingerprint: str|None = None):  # `embedder_fingerprint` of the embedder that made the vectors; None: unknown
+                 fingerprint: str|None = None):  # its embedder's `embedder_fingerprint`
         vectors, counts = torch.as_tensor(vectors, dtype=torch.float32), _pixel_counts(counts)
-        if vectors.ndim != 2 or 0 in vectors.shape: raise ValueError(f"Prototype vectors must be (classes, emb_dim), at least one of each, got shape {tuple(vectors.shape)}.")
+        if vectors.ndim != 2 or 0 in vectors.shape:
+            raise ValueError("Prototype vectors must be (classes, emb_dim), at least one of each, "
+                             f"got shape {tuple(vectors.shape)}.")
         if counts.shape != (vectors.shape[0],):
-            raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got shape {tuple(counts.shape)}.")
-        if (counts < 0).any(): raise ValueError(f"counts are numbers of pixels and must be >= 0, got {counts.min().item()}.")
+            raise ValueError(f"counts must have one entry per class ({vectors.shape[0]}), got "
+                             f"shape {tuple(counts.shape)}.")
+        if (counts < 0).any():
+            raise ValueError("counts are numbers of pixels and must be >= 0, got "
+                             f"{counts.min().item()}.")
         present = counts > 0
         if not torch.isfinite(vectors[present]).all():
-            raise ValueError("Prototype vectors contain NaN or inf: the embedder produced non-finite features. "
-                             "Check its weights and inputs, then extract the prototypes again.")
+            raise ValueError("Prototype vectors contain NaN or inf: the embedder produced "
+                             "non-finite features. Check its weights and inputs, then extract the "
+                             "prototypes again.")
         self.vectors = torch.where(present[:, None], vectors, torch.zeros_like(vectors))
         self.counts, self.names = counts, _class_names(names, vectors.shape[0])
         self.train_radius = as_int(train_radius, 'train_radius', lo=0)
         self.mean, self.std = _norm_pair(mean, std)
         self.ignore_index = None if ignore_index is None else as_int(ignore_index, 'ignore_index')
-        if fingerprint is not None and not (isinstance(fingerprint, str) and re.fullmatch('[0-9a-f]{64}', fingerprint)):
-            raise ValueError(f"fingerprint must be an embedder's SHA-256 (64 hex digits, from embedder_fingerprint) or None, got {fingerprint!r}.")
+        if fingerprint is not None and not (isinstance(fingerprint, str)
+                                            and re.fullmatch('[0-9a-f]{64}', fingerprint)):
+            raise ValueError("fingerprint must be an embedder's SHA-256 (64 hex digits, from "
+                             f"embedder_fingerprint) or None, got {fingerprint!r}.")
         self.fingerprint = fingerprint
 
     @property
@@ -110,73 +135,89 @@ class Prototypes:
 
     def to(self, device):
         "A copy whose vectors live on `device`."
-        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names, self.train_radius, self.mean, self.std, self.ignore_index,
+        res = Prototypes(self.vectors.to(device), self.counts.to(device), self.names,
+                         self.train_radius, self.mean, self.std, self.ignore_index,
                          self.fingerprint)
         return res
 
     def __repr__(self):
         miss = f", missing={self.missing}" if self.missing else ""
-        return f"Prototypes(classes={self.n_classes}, emb_dim={self.emb_dim}, train_radius={self.train_radius}{miss})"
+        return (f"Prototypes(classes={self.n_classes}, emb_dim={self.emb_dim}, "
+                f"train_radius={self.train_radius}{miss})")
 
 # %% ../nbs/04_prototypes.ipynb #5459c766
 def _proto_state(p: Prototypes) -> dict:
-    return dict(format=PROTOTYPES_FORMAT, version=PROTOTYPES_VERSION, vectors=p.vectors.detach().cpu(), counts=p.counts.detach().cpu(),
-                names=p.names, train_radius=p.train_radius, mean=list(p.mean) if p.mean else None, std=list(p.std) if p.std else None,
+    return dict(format=PROTOTYPES_FORMAT, version=PROTOTYPES_VERSION,
+                vectors=p.vectors.detach().cpu(), counts=p.counts.detach().cpu(),
+                names=p.names, train_radius=p.train_radius, mean=list(p.mean) if p.mean else None,
+                std=list(p.std) if p.std else None,
                 ignore_index=p.ignore_index, fingerprint=p.fingerprint)
 
 # %% ../nbs/04_prototypes.ipynb #6bdecc82
 def _proto_from_state(d, path='<state>') -> Prototypes:
-    if not isinstance(d, dict) or not isinstance(d.get('format'), str) or d['format'] != PROTOTYPES_FORMAT:
-        raise ValueError(f"{path} is not a brefine prototypes file (no '{PROTOTYPES_FORMAT}' header). "
+    if (not isinstance(d, dict) or not isinstance(d.get('format'), str)
+            or d['format'] != PROTOTYPES_FORMAT):
+        raise ValueError(f"{path} is not a brefine prototypes file (no "
+                         f"'{PROTOTYPES_FORMAT}' header). "
                          "Create one with `extract_prototypes(...).save(path)`.")
     v = d.get('version')
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{path} is a damaged prototypes file: its format version is {v!r} ({type(v).__name__}), not a whole number. "
-                         "Extract the prototypes again.")
+        raise ValueError(f"{path} is a damaged prototypes file: its format version is {v!r} "
+                         f"({type(v).__name__}), not a whole number. Extract the prototypes again.")
     if v > PROTOTYPES_VERSION:
-        raise ValueError(f"{path} has prototypes format version {v}, newer than this brefine reads ({PROTOTYPES_VERSION}). "
-                         "Upgrade brefine: `pip install -U brefine`.")
+        raise ValueError(f"{path} has prototypes format version {v}, newer than this brefine reads "
+                         f"({PROTOTYPES_VERSION}). Upgrade brefine: `pip install -U brefine`.")
     for k in ('vectors', 'counts'):
         if not isinstance(d.get(k), torch.Tensor):
-            raise ValueError(f"{path} is a damaged prototypes file: " + (f"its {k} are a {type(d[k]).__name__}, not a tensor" if k in d else
-                             f"the field '{k}' is missing") + ". Extract the prototypes again.")
+            raise ValueError(f"{path} is a damaged prototypes file: "
+                             + (f"its {k} are a {type(d[k]).__name__}, not a tensor" if k in d else
+                                f"the field '{k}' is missing") + ". Extract the prototypes again.")
     names = d.get('names')
-    if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names): names = [str(o) for o in names]  # older files: int names
+    if isinstance(names, list) and all(isinstance(o, (str, int)) for o in names):
+        names = [str(o) for o in names]  # older files: int names
     try:
-        return Prototypes(d['vectors'], d['counts'], names, d.get('train_radius', d.get('radius', TRAIN_RADIUS)), d.get('mean'), d.get('std'), d.get('ignore_index'),
+        return Prototypes(d['vectors'], d['counts'], names,
+                          d.get('train_radius', d.get('radius', TRAIN_RADIUS)), d.get('mean'),
+                          d.get('std'), d.get('ignore_index'),
                           d.get('fingerprint'))   # older files: None, unknown
     except (ValueError, TypeError) as e: raise ValueError(f"{path}: {e}") from None
-    except Exception as e:                                              # anything else a crafted field makes torch or numpy raise
-        raise ValueError(f"{path} is a damaged prototypes file ({type(e).__name__}: {str(e).splitlines()[0]}). Extract the prototypes again.") from None
+    except Exception as e:              # anything else a crafted field makes torch or numpy raise
+        raise ValueError(f"{path} is a damaged prototypes file ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}). Extract the prototypes again.") from None
 
 # %% ../nbs/04_prototypes.ipynb #2f034d71
 @patch
 def save(self: Prototypes, path) -> Path:
     "Write the prototypes to `path` atomically (the old file survives a crash mid-write)."
-    if not isinstance(path, (str, os.PathLike)): raise TypeError(f"path must be a file path (a str or Path), got {path!r:.80} ({type(path).__name__}).")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (a str or Path), got {path!r:.80} "
+                        f"({type(path).__name__}).")
     return atomic_save(_proto_state(self), path)
 
 # %% ../nbs/04_prototypes.ipynb #21425773
 @patch(cls_method=True)
 def load(cls: Prototypes, path) -> Prototypes:
-    "Read prototypes written by `Prototypes.save`, validating them; never executes code from the file."
+    "Read prototypes written by `Prototypes.save`, validated; never runs code from the file."
     return _proto_from_state(safe_load(path, 'prototypes file'), path)
 
 # %% ../nbs/04_prototypes.ipynb #413f4a1c
 def _arch(net) -> str:
     "What `net` is, in words: its class, its backbone and its embedding size where it has them."
     cfg, dim = getattr(net, 'config', None), getattr(net, 'emb_dim', None)
-    return (type(net).__name__ + (f" on {cfg['backbone']}" if isinstance(cfg, dict) and 'backbone' in cfg else '')
+    return (type(net).__name__
+            + (f" on {cfg['backbone']}" if isinstance(cfg, dict) and 'backbone' in cfg else '')
             + (f", {dim}-dim" if isinstance(dim, int) else ''))
 
 # %% ../nbs/04_prototypes.ipynb #5ba4ee24
 class EmbedderMismatch(ValueError):
-    "Prototypes (from `source`) that another embedder than the one from `embedder_source` made; `why` says how they differ."
+    "Prototypes (from `source`) made by another embedder than `embedder_source`'s; `why` says how."
     def __init__(self, source, embedder_source, why: str):
         self.source, self.embedder_source, self.why = source, embedder_source, why
-        super().__init__(f"The prototypes ({source}) were made by another embedder than {embedder_source} ({why}): its embeddings "
-                         "and these prototypes lie in different spaces, and the refined labels would be wrong. Re-run "
-                         "extract_prototypes with this embedder (`brefine prototypes EMBEDDER DATA`) and use those prototypes, "
+        super().__init__(f"The prototypes ({source}) were made by another embedder than "
+                         f"{embedder_source} ({why}): its embeddings and these prototypes lie in "
+                         "different spaces, and the refined labels would be wrong. Re-run "
+                         "extract_prototypes with this embedder (`brefine prototypes EMBEDDER "
+                         "DATA`) and use those prototypes, "
                          "or use the embedder that made them.")
     def named(self, source, embedder_source) -> EmbedderMismatch:
         "The same mismatch, naming the files or arguments the two parts came from."
@@ -184,15 +225,18 @@ class EmbedderMismatch(ValueError):
 
 # %% ../nbs/04_prototypes.ipynb #80bfd863
 @patch
-def check_embedder(self: Prototypes, embedder, source='`prototypes`', embedder_source='`embedder`') -> Prototypes:
-    "`self` when `embedder` (a module or a Learner) can have made these prototypes: the same embedding size, and the same `embedder_fingerprint` where they record one; else an `EmbedderMismatch` naming `source` and `embedder_source`."
+def check_embedder(self: Prototypes, embedder, source='`prototypes`',
+                   embedder_source='`embedder`') -> Prototypes:
+    "`self` if `embedder` (module or Learner) can have made these prototypes, else raises."
     net = _model_of(embedder)
     dim = getattr(net, 'emb_dim', None)
     if isinstance(dim, int) and dim != self.emb_dim:
-        raise EmbedderMismatch(source, embedder_source, f"they are {self.emb_dim}-dim, and it gives {dim}-dim embeddings: {_arch(net)}")
+        raise EmbedderMismatch(source, embedder_source, f"they are {self.emb_dim}-dim, and it "
+                                                        f"gives {dim}-dim embeddings: {_arch(net)}")
     fp = None if self.fingerprint is None else embedder_fingerprint(net)
     if fp is not None and fp != self.fingerprint:
-        raise EmbedderMismatch(source, embedder_source, f"they record the embedder of fingerprint {self.fingerprint[:16]}, and this "
+        raise EmbedderMismatch(source, embedder_source, "they record the embedder of fingerprint "
+                                                        f"{self.fingerprint[:16]}, and this "
                                f"one ({_arch(net)}) has {fp[:16]}")
     return self
 
@@ -200,43 +244,52 @@ def check_embedder(self: Prototypes, embedder, source='`prototypes`', embedder_s
 def _split_batch(b):
     if not isinstance(b, (tuple, list)) or len(b) < 2:
         raise ValueError("Each batch must be (images, masks) or (images, masks, band); got "
-                         f"{type(b).__name__} of length {len(b) if hasattr(b, '__len__') else '?'}.")
+                         f"{type(b).__name__} of length "
+                         f"{len(b) if hasattr(b, '__len__') else '?'}.")
     return b[0], b[1]
 
 # %% ../nbs/04_prototypes.ipynb #5eb905d3
-RAW_LIMIT = 20.   # the largest |value| taken for normalised images, unless their statistics allow more
+RAW_LIMIT = 20.   # the largest |value| of normalised images, unless their statistics allow more
 
 def _check_batch(imgs, masks, i: int, mean=None, std=None):
-    "Refuse batch `i` when its `masks` do not fit its `imgs`, or when the images look like raw 0..255 pixels, far beyond normalised ones."
-    if masks.shape[0] != imgs.shape[0]: raise ValueError(f"Batch {i} holds {imgs.shape[0]} images but {masks.shape[0]} masks: pass one mask per image.")
+    "Refuse batch `i` if its `masks` do not fit its `imgs`, or its images look like 0..255 pixels."
+    if masks.shape[0] != imgs.shape[0]:
+        raise ValueError(f"Batch {i} holds {imgs.shape[0]} images but {masks.shape[0]} masks: pass "
+                         "one mask per image.")
     if masks.shape[-2:] != imgs.shape[-2:]:
-        raise ValueError(f"Batch {i}: the masks are {tuple(masks.shape[-2:])} (height, width) but the images are {tuple(imgs.shape[-2:])}: "
-                         "each mask must label its image's pixels. Resize the masks to their images' size (nearest-neighbour, so "
-                         "labels stay labels), or build the batches with brefine.data's loaders, which keep them together.")
+        raise ValueError(f"Batch {i}: the masks are {tuple(masks.shape[-2:])} (height, width) but "
+                         f"the images are {tuple(imgs.shape[-2:])}: each mask must label its "
+                         "image's pixels. Resize the masks to their images' size "
+                         "(nearest-neighbour, so labels stay labels), or build the batches with "
+                         "brefine.data's loaders, which keep them together.")
     top = float(imgs.abs().amax()) if imgs.numel() else 0.
     bound = 3. if mean is None else max(3., *(max(1 - m, m) / s for m, s in zip(mean, std)))
     if top > max(RAW_LIMIT, 2 * bound):
-        raise ValueError(f"Batch {i}'s images have values up to {top:.4g}, but normalised images stay within about ±{bound:.2g}: they "
-                         "look like raw 0..255 pixels, which would make the prototypes hundreds of times too large. Normalise them "
-                         "as the embedder was trained (divide by 255, subtract the mean, divide by the std: fastai's Normalize, e.g. "
-                         "with imagenet_stats), or turn raw uint8 images into its input with brefine.prepare_image(img, mean, std).")
+        raise ValueError(f"Batch {i}'s images have values up to {top:.4g}, but normalised images "
+                         f"stay within about ±{bound:.2g}: they look like raw 0..255 pixels, which "
+                         "would make the prototypes hundreds of times too large. Normalise them as "
+                         "the embedder was trained (divide by 255, subtract the mean, divide by "
+                         "the std: fastai's Normalize, e.g. "
+                         "with imagenet_stats), or turn raw uint8 images into its input with "
+                         "brefine.prepare_image(img, mean, std).")
 
 # %% ../nbs/04_prototypes.ipynb #0fe2988f
 @torch.inference_mode()
-def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner, or any module (B,3,H,W) -> (B,C,h,w)
-                       data,                      # fastai DataLoader or iterable of (images, masks[, band]) batches
-                       n_classes: int,            # number of classes L (labels 0..L-1, besides ignore_index)
-                       train_radius: int = TRAIN_RADIUS,     # radius in pixels of the band around each ground-truth boundary
+def extract_prototypes(embedder,                  # EmbeddingNet, Learner, or module
+                       data,                      # DataLoader or iterable of (images, masks)
+                       n_classes: int,            # number of classes L (labels 0..L-1)
+                       train_radius: int = TRAIN_RADIUS,     # band radius in pixels
                        ignore_index: int|None = None, # void label: never counted
-                       names: list|None = None,   # class names (taken from `data.vocab` when available)
-                       mean=None, std=None,       # image normalisation to record (read from `data`'s Normalize when None)
+                       names: list|None = None,   # class names (None: `data.vocab`)
+                       mean=None, std=None,       # image statistics (None: `data`'s Normalize)
                        progress: bool = True,     # show a progress bar
                       ) -> Prototypes:
     "Mean band embedding of each class over `data`, streaming per-class sums and counts."
-    n_classes = as_int(n_classes, 'n_classes', lo=1, hint=' It is the number of classes L (labels 0..L-1).')
+    n_classes = as_int(n_classes, 'n_classes', lo=1,
+                       hint=' It is the number of classes L (labels 0..L-1).')
     train_radius = as_int(train_radius, 'train_radius', lo=0)
     if ignore_index is not None: ignore_index = as_int(ignore_index, 'ignore_index')
-    names = _class_names(names, n_classes)                  # checked before the work, like the statistics
+    names = _class_names(names, n_classes)                  # checked before the work
     if mean is None and std is None: mean, std = _norm_stats(data)
     mean, std = _norm_pair(mean, std)
     model = _model_of(embedder)
@@ -253,29 +306,39 @@ def extract_prototypes(embedder,                  # EmbeddingNet, fastai Learner
             bad = (masks >= n_classes) | (masks < 0)
             if ignore_index is not None: bad &= masks != ignore_index
             if bad.any():
-                raise ValueError(f"Mask value {int(masks[bad][0])} is not a class of 0..{n_classes-1}"
-                                 + ('' if ignore_index is None else f" nor the ignore index {ignore_index}")
+                raise ValueError(f"Mask value {int(masks[bad][0])} is not a class of "
+                                 f"0..{n_classes-1}"
+                                 + ('' if ignore_index is None
+                                    else f" nor the ignore index {ignore_index}")
                                  + ": pass the right n_classes, or ignore_index for void pixels.")
             band = batch_band(masks, train_radius, ignore_index)
             emb = _embedding(model(imgs.float()), f' for batch {i}')
             feats, bi, y, x = band_features(emb, band)
             if not torch.isfinite(feats).all():
-                raise ValueError(f"The embedder gave NaN or inf features for batch {i}: check its weights (a diverged training?) "
-                                 "and that batch's images (NaN or inf pixels?), then extract the prototypes again.")
+                raise ValueError(f"The embedder gave NaN or inf features for batch {i}: check its "
+                                 "weights (a diverged training?) and that batch's images (NaN or "
+                                 "inf pixels?), then extract the prototypes again.")
             labels = masks[bi, y, x]
-            if sums is None: sums = torch.zeros(n_classes, feats.shape[1], dtype=torch.float64, device=dev)
+            if sums is None:
+                sums = torch.zeros(n_classes, feats.shape[1], dtype=torch.float64, device=dev)
             sums.index_add_(0, labels, feats.double())
             counts += torch.bincount(labels, minlength=n_classes)
     finally:
         if was_training: model.train()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        C = torch.tensor([0 if sums is None else sums.shape[1]], device=dev)   # a process with an empty share learns C from
-        torch.distributed.all_reduce(C, op=torch.distributed.ReduceOp.MAX)     # the others and adds zeros
-        if sums is None and C.item(): sums = torch.zeros(n_classes, int(C.item()), dtype=torch.float64, device=dev)
-        if sums is not None: torch.distributed.all_reduce(sums); torch.distributed.all_reduce(counts)
-    if sums is None: raise ValueError("`data` yielded no batches: nothing to average. Check the data source.")
+        # a process with an empty share learns C from the others and adds zeros
+        C = torch.tensor([0 if sums is None else sums.shape[1]], device=dev)
+        torch.distributed.all_reduce(C, op=torch.distributed.ReduceOp.MAX)
+        if sums is None and C.item():
+            sums = torch.zeros(n_classes, int(C.item()), dtype=torch.float64, device=dev)
+        if sums is not None:
+            torch.distributed.all_reduce(sums); torch.distributed.all_reduce(counts)
+    if sums is None:
+        raise ValueError("`data` yielded no batches: nothing to average. Check the data source.")
     vectors = (sums / counts.clamp(min=1)[:, None]).float()
-    if names is None:                                       # the data's vocab, when it names exactly the classes
-        vocab = getattr(data, 'vocab', None) or getattr(getattr(data, 'dataset', None), 'vocab', None)
+    if names is None:                   # the data's vocab, when it names exactly the classes
+        vocab = (getattr(data, 'vocab', None)
+                 or getattr(getattr(data, 'dataset', None), 'vocab', None))
         names = [str(o) for o in vocab] if vocab is not None and len(vocab) == n_classes else None
-    return Prototypes(vectors.cpu(), counts.cpu(), names, train_radius, mean, std, ignore_index, fingerprint)
+    return Prototypes(vectors.cpu(), counts.cpu(), names, train_radius, mean, std, ignore_index,
+                      fingerprint)

@@ -11,14 +11,15 @@ import torch
 from fastai.torch_core import rank_distrib, num_distrib, set_seed
 from dataclasses import dataclass, asdict, fields
 from functools import partial
-from .core import (safe_load, default_device, _model_of, _norm_stats, _stats_text, _same_stats,
-                          as_float, as_int, _replaced)
+from .core import (safe_load, default_device, _model_of, _norm_stats, _stats_text,
+                          _same_stats, as_float, as_int, _replaced)
 from .band import TRAIN_RADIUS
 from .data import dls_from_folders
 from .embedder import FUSIONS
 from .embedder_io import embedder_from_state
 from .learner import refine_learner
-from .processes import _distributed, _set_local_device, _init_process_group, _gloo_safe_broadcast, _say
+from .processes import (_distributed, _set_local_device, _init_process_group,
+                               _gloo_safe_broadcast, _say)
 from .checkpoints import load_checkpoint, resume_learner, CheckpointCallback, StopAfter
 from .prototypes import extract_prototypes
 
@@ -27,125 +28,152 @@ __all__ = ['BASE_OPTIONS', 'RESUME_FREE', 'TrainConfig', 'train_embedder', 'prot
 
 # %% ../nbs/04b_training.ipynb #0d36672a
 def _state_dict(fname) -> dict:
-    "The state dict in a weights file: a plain state dict, or one under 'model' / 'state_dict' (fastai's learn.save, checkpoints)."
+    "The state dict in a weights file: plain, or under 'model' / 'state_dict' (learn.save, ckpts)."
     sd = safe_load(fname, 'weights to start from')
     for k in ('model', 'state_dict'):
         if isinstance(sd, dict) and isinstance(sd.get(k), dict): sd = sd[k]
     kind = str(sd.get('format', '')) if isinstance(sd, dict) else ''
-    if kind.startswith('brefine.') or not (isinstance(sd, dict) and any(torch.is_tensor(v) and v.ndim > 1 for v in sd.values())):
-        what = f"a brefine {kind.removeprefix('brefine.')} file" if kind.startswith('brefine.') else f"no weights ({type(sd).__name__})"
-        raise ValueError(f"init_from {fname} holds {what}, not a state dict of a model's weights: pass the file of "
-                         "torch.save(model.state_dict(), FILE) or fastai's learn.save.")
+    if kind.startswith('brefine.') or not (
+            isinstance(sd, dict) and any(torch.is_tensor(v) and v.ndim > 1 for v in sd.values())):
+        what = (f"a brefine {kind.removeprefix('brefine.')} file" if kind.startswith('brefine.')
+                else f"no weights ({type(sd).__name__})")
+        raise ValueError(f"init_from {fname} holds {what}, not a state dict of a model's weights: "
+                         "pass the file of torch.save(model.state_dict(), FILE) or fastai's "
+                         "learn.save.")
     return sd
 
 # %% ../nbs/04b_training.ipynb #ba277c0b
 def _fit_one_cycle(learn, epochs: int, lr: float, start: int = 0, cbs=None):
-    "`learn.fit_one_cycle` from epoch `start`, data-parallel under a multi-process launch (fastai's `distrib_ctx`)."
+    "`learn.fit_one_cycle` from epoch `start`, data-parallel under a multi-process launch."
     if _distributed():
         if importlib.util.find_spec('accelerate') is None:
-            raise ImportError("Multi-process training goes through fastai's `distrib_ctx`, which needs Accelerate: `pip install accelerate`.")
+            raise ImportError("Multi-process training goes through fastai's `distrib_ctx`, which "
+                              "needs Accelerate: `pip install accelerate`.")
         _gloo_safe_broadcast()
     gpu = torch.cuda.is_available()
-    with learn.distrib_ctx(sync_bn=gpu, cpu=not gpu) if _distributed() else contextlib.nullcontext():
+    with (learn.distrib_ctx(sync_bn=gpu, cpu=not gpu) if _distributed()
+          else contextlib.nullcontext()):
         dt = [cb for cb in learn.cbs if hasattr(cb, 'accelerator')]
-        if dt: _say(f"data-parallel training in {num_distrib()} processes ({dt[0].accelerator.distributed_type.value})")
+        if dt: _say(f"data-parallel training in {num_distrib()} processes "
+                    f"({dt[0].accelerator.distributed_type.value})")
         learn.fit_one_cycle(epochs, lr, start_epoch=start, cbs=cbs)
 
 # %% ../nbs/04b_training.ipynb #5cacf965
-_NEED_BASE = dict(train_blocks="counts the blocks of a base model that an embedder on its features copies",       # options that need a base model, and why
-                  feature_views="caches the features of a base model, which an embedder with its own backbone does not read",
-                  low="names a layer of a base model, whose features an embedder reads", high="names a layer of a base model, whose features an embedder reads")
+# options that need a base model, and why
+_NEED_BASE = dict(train_blocks=("counts the blocks of a base model that an embedder on its "
+                                "features copies"),
+                  feature_views=("caches the features of a base model, which an embedder with "
+                                 "its own backbone does not read"),
+                  low="names a layer of a base model, whose features an embedder reads",
+                  high="names a layer of a base model, whose features an embedder reads")
 
 # %% ../nbs/04b_training.ipynb #3ad80492
-def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model', flag=lambda k: k):
-    "Refuse, before anything is loaded, a base model (`has_base`, called `base` in messages) that checkpoint `ck` (from `source`; None for a new run) does not read, or options that do not go with it: `opts` holds backbone, pretrained, init_from, train_blocks, feature_views, low and high; `flag` spells an option as the caller does."
+def _check_base_options(ck, source, has_base: bool, opts: dict, base: str = 'the base model',
+                        flag=lambda k: k):
+    "Refuse a base model (`has_base`) that `ck` does not read, or `opts` that do not go with it."
     if ck is not None:
         shared = ck.get('kind', 'net') == 'shared'
-        if shared and not has_base: raise ValueError(f"{source} holds an embedder that reads a base model's features: pass {base}, the model it was trained on.")
-        if has_base and not shared: raise ValueError(f"{source} holds an embedder with its own backbone, which reads no base model: drop {base}.")
+        if shared and not has_base:
+            raise ValueError(f"{source} holds an embedder that reads a base model's features: "
+                             f"pass {base}, the model it was trained on.")
+        if has_base and not shared:
+            raise ValueError(f"{source} holds an embedder with its own backbone, which reads "
+                             f"no base model: drop {base}.")
         return
     for k, what in _NEED_BASE.items():
-        if not has_base and opts.get(k) is not None: raise ValueError(f"{flag(k)} {what}: pass {base} too, or drop {flag(k)}.")
+        if not has_base and opts.get(k) is not None:
+            raise ValueError(f"{flag(k)} {what}: pass {base} too, or drop {flag(k)}.")
     given = [flag(k) for k in ('backbone', 'pretrained', 'init_from') if has_base and opts.get(k)]
-    if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with {base}: the embedder reads that model's own backbone. Drop {given[0]}.")
+    if given: raise ValueError(f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not "
+                               f"apply with {base}: the embedder reads that model's own backbone. "
+                               f"Drop {given[0]}.")
 
 # %% ../nbs/04b_training.ipynb #05f0147d
-BASE_OPTIONS = ('backbone', 'pretrained', 'init_from', 'train_blocks', 'feature_views', 'low', 'high')   # the options `_check_base_options` checks
+BASE_OPTIONS = ('backbone', 'pretrained', 'init_from', 'train_blocks', 'feature_views', 'low',
+                'high')
 
 # %% ../nbs/04b_training.ipynb #d3caec33
 @dataclass(frozen=True)
 class TrainConfig:
-    "How `train_embedder` trains an embedder: the options that travel together from `brefine train` to `refine_learner`; checked when made."
+    "How `train_embedder` trains: options from `brefine train` to `refine_learner`, checked."
     epochs: int = 10                # epochs of one-cycle training
     lr: float = 2e-3                # maximum learning rate
     bs: int = 8                     # batch size (per process)
-    size: int|None = None           # resize every image to size x size (squish) before augmentation; None: full images (of mixed sizes, the most common one)
+    size: int|None = None           # squish every image to size x size first; None: full images
     radius: int = TRAIN_RADIUS      # band radius of the training data
     margin: float = 0.5             # triplet margin
     workers: int = 0                # DataLoader worker processes
     seed: int = 0                   # random seed (process k of a multi-process run: seed + k)
     stop_after: int|None = None     # stop cleanly after this many epochs of this run
-    bf16: bool = False              # bfloat16 mixed precision (`BF16Training`); on resume, the checkpoint's choice
-    backbone: str|None = None       # see `EmbeddingNet` (None: 'mobilenet_v2'); not with a base model
+    bf16: bool = False              # bfloat16 mixed precision (`BF16Training`); kept on resume
+    backbone: str|None = None       # see `EmbeddingNet` (None: 'mobilenet_v2'); not with a base
     emb_dim: int|None = None        # embedding size (None: `refine_learner`'s)
     pretrained: bool = False        # start from ImageNet weights; not with a base model
-    init_from: str|None = None      # weights file with the same backbone to start from (see `_state_dict`); not with a base model
-    train_blocks: int|None = None   # with a base model: copies of its last blocks to train (see `SharedEmbeddingNet`)
-    fusion: str|None = None         # how the head fuses its two features, see `EmbeddingHead` (None: 'concat')
-    feature_views: int|None = None  # with a base model: train on its features of this many augmented passes, computed once (`FeatureCache`)
-    low: str|None = None            # with a base model: its stride-4 layer, as in `named_modules()` ('encoder.layer1', or 'encoder[2]'); None: found
-    high: str|None = None           # with a base model: its deep layer, named as `low`; None: found automatically
+    init_from: str|None = None      # weights of the same backbone to start from; not with a base
+    train_blocks: int|None = None   # with a base: copies of its last blocks to train
+    fusion: str|None = None         # how `EmbeddingHead` fuses its two features (None: 'concat')
+    feature_views: int|None = None  # with a base: cache its features of this many augmented passes
+    low: str|None = None            # with a base: its stride-4 layer ('encoder.layer1'), or found
+    high: str|None = None           # with a base: its deep layer, named as `low`; None: found
 
     def __post_init__(self):
         put = partial(object.__setattr__, self)
-        for k, lo in dict(epochs=1, bs=1, size=1, radius=0, workers=0, seed=0, stop_after=1, emb_dim=1, train_blocks=0, feature_views=1).items():
+        for k, lo in dict(epochs=1, bs=1, size=1, radius=0, workers=0, seed=0, stop_after=1,
+                          emb_dim=1, train_blocks=0, feature_views=1).items():
             if getattr(self, k) is not None: put(k, as_int(getattr(self, k), k, lo))
         put('lr', as_float(self.lr, 'lr', 0)); put('margin', as_float(self.margin, 'margin', 0))
-        if self.fusion is not None and self.fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}.")
+        if self.fusion is not None and self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}.")
         for k in ('backbone', 'init_from', 'low', 'high'):
             v = getattr(self, k)
-            if v is not None and not isinstance(v, (str, os.PathLike)): raise TypeError(f"{k} must be a name (a string), got {v!r} ({type(v).__name__}).")
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise TypeError(f"{k} must be a name (a string), got {v!r} ({type(v).__name__}).")
         for k in ('pretrained', 'bf16'):
-            if not isinstance(getattr(self, k), (bool, np.bool_)): raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}.")
+            if not isinstance(getattr(self, k), (bool, np.bool_)):
+                raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}.")
 
     def base_options(self) -> dict:
-        "The options that go with a base model or against one (`BASE_OPTIONS`), as `_check_base_options` reads them."
+        "The options that go with a base model or against one (`BASE_OPTIONS`), by name."
         return {k: getattr(self, k) for k in BASE_OPTIONS}
 
 # %% ../nbs/04b_training.ipynb #e5d9a949
 def _train_config(config, options: dict) -> TrainConfig:
-    "`config` (a `TrainConfig`, or None for the defaults) with the single `options` given by name applied."
+    "`config` (a `TrainConfig`, or None for the defaults) with the `options` given by name applied."
     return _replaced(TrainConfig, config, options, 'config', 'training option', 'epochs=20')
 
 # %% ../nbs/04b_training.ipynb #7410011a
 def _net_kwargs(ck, out, base, c: TrainConfig) -> dict:
-    "`refine_learner`'s embedder arguments: on resume, those in the checkpoint `ck` at `out` (one that reads a base model's features checked against `base`); else those of `c`, a `SharedEmbeddingNet` on `base`'s features when there is one."
+    "`refine_learner`'s embedder arguments: on resume checkpoint `ck`'s (at `out`), else `c`'s."
     _check_base_options(ck, out, base is not None, c.base_options())
     if ck is not None:
         if ck.get('kind', 'net') != 'shared': return dict(ck['config'], pretrained=False)
         for k in ('low', 'high'):
             if getattr(c, k) is not None and getattr(c, k) != ck['config'].get(k):
-                raise ValueError(f"{k}={getattr(c, k)!r}, but the run in {out} reads {ck['config'].get(k)!r}: drop {k} to resume it.")
-        embedder_from_state(ck, out, base)                           # the base model it was trained on, or a clear error
+                raise ValueError(f"{k}={getattr(c, k)!r}, but the run in {out} reads "
+                                 f"{ck['config'].get(k)!r}: drop {k} to resume it.")
+        embedder_from_state(ck, out, base)                 # the base it was trained on, or an error
         return dict(ck['config'], base=_model_of(base))
-    given = {k: v for k, v in dict(emb_dim=c.emb_dim, fusion=c.fusion).items() if v is not None}   # the rest: `refine_learner`'s defaults
+    # the rest: `refine_learner`'s defaults
+    given = {k: v for k, v in dict(emb_dim=c.emb_dim, fusion=c.fusion).items() if v is not None}
     if base is None:
-        return dict(backbone=c.backbone or 'mobilenet_v2', pretrained=c.pretrained, backbone_init=_state_dict(c.init_from) if c.init_from else None, **given)
+        return dict(backbone=c.backbone or 'mobilenet_v2', pretrained=c.pretrained,
+                    backbone_init=_state_dict(c.init_from) if c.init_from else None, **given)
     return dict(base=_model_of(base), train_blocks=c.train_blocks, low=c.low, high=c.high, **given)
 
 # %% ../nbs/04b_training.ipynb #813faca7
 def _check_stats(kept: tuple, own: tuple, source):
-    "Refuse a model whose Learner normalises images (`own` = (mean, std)) otherwise than the embedder from `source` was trained (`kept`)."
+    "Refuse a Learner normalising images (`own`) unlike the training from `source` (`kept`)."
     if _same_stats(kept, own): return
-    raise ValueError(f"{source} holds an embedder trained on images {_stats_text(*kept)}, but the Learner's model reads images "
-                     f"{_stats_text(*own)} (its Normalize). Train the embedder on this Learner (train_embedder(..., base=learn) "
-                     "or brefine train --learner FILE), which normalises as it does.")
+    raise ValueError(f"{source} holds an embedder trained on images {_stats_text(*kept)}, but the "
+                     f"Learner's model reads images {_stats_text(*own)} (its Normalize). Train the "
+                     "embedder on this Learner (train_embedder(..., base=learn) or brefine train "
+                     "--learner FILE), which normalises as it does.")
 
 # %% ../nbs/04b_training.ipynb #b4e8c42f
 def _base_stats(base, ck=None, source=None) -> tuple|None:
-    "`band_dblock`'s `stats` to train on `base`: on resume, checkpoint `ck`'s (from `source`), checked against `base`'s Learner; else the Learner's own `Normalize`'s, or ImageNet's for a bare model. None: no normalisation."
+    "`band_dblock`'s `stats` for `base`: `ck`'s (checked), its Learner's, or ImageNet's."
     from fastai.vision.core import imagenet_stats
-    own = _norm_stats(base.dls) if hasattr(base, 'dls') else None      # a fastai Learner's: what its model was trained on
+    own = _norm_stats(base.dls) if hasattr(base, 'dls') else None      # a Learner's model's
     if ck is not None:
         kept = (ck['meta'].get('mean'), ck['meta'].get('std'))
         if own is not None: _check_stats(kept, own, source)
@@ -153,64 +181,77 @@ def _base_stats(base, ck=None, source=None) -> tuple|None:
     return None if kept[0] is None else kept
 
 # %% ../nbs/04b_training.ipynb #c5186b7d
-RESUME_FREE = ('workers', 'stop_after')   # training options a resumed run may change: how it runs, not what it trains
+RESUME_FREE = ('workers', 'stop_after')   # options a resumed run may change: how it runs, not what
 
 # %% ../nbs/04b_training.ipynb #8051cad1
 def _given_options(config, options: dict) -> dict:
-    "The training options given: the fields of `config` (a `TrainConfig`, or None) that are not defaults, and `options` by name."
-    own = {f.name: getattr(config, f.name) for f in fields(TrainConfig) if config is not None and getattr(config, f.name) != f.default}
+    "The training options given: `config`'s fields other than defaults, and `options`."
+    own = {f.name: getattr(config, f.name) for f in fields(TrainConfig)
+           if config is not None and getattr(config, f.name) != f.default}
     return {**own, **options}
 
 # %% ../nbs/04b_training.ipynb #2687f36b
 def _resumed_config(ck, out, given: dict, flag=lambda k: k) -> TrainConfig:
-    "The `TrainConfig` the run in checkpoint `ck` (at `out`) started with, and the `RESUME_FREE` options `given`; refused when another option `given` differs (`flag` spells it as the caller does)."
+    "The `TrainConfig` of the run in `ck` (at `out`) with the `RESUME_FREE` options `given`."
     m = ck['meta']
-    kept = dict(m.get('config') or {}, radius=m['radius'], epochs=ck['n_epochs'], bf16=m.get('bf16', False), feature_views=m.get('feature_views'))
+    kept = dict(m.get('config') or {}, radius=m['radius'], epochs=ck['n_epochs'],
+                bf16=m.get('bf16', False), feature_views=m.get('feature_views'))
     for k, v in given.items():
         if k in RESUME_FREE or k not in kept or kept[k] == v: continue
-        raise ValueError(f"{flag(k)}={v!r}, but the run in {out} trains with {k}={kept[k]!r}: drop {flag(k)}, since resuming restores every "
-                         "option the run started with, or start a new run in another file.")
+        raise ValueError(f"{flag(k)}={v!r}, but the run in {out} trains with {k}={kept[k]!r}: drop "
+                         f"{flag(k)}, since resuming restores every option the run started with, "
+                         "or start a new run in another file.")
     try: return TrainConfig(**{**given, **kept, **{k: given[k] for k in RESUME_FREE if k in given}})
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{out} holds training options brefine cannot use ({e}): resume it with the brefine that wrote it.") from None
+        raise ValueError(f"{out} holds training options brefine cannot use ({e}): resume it with "
+                         "the brefine that wrote it.") from None
 
 # %% ../nbs/04b_training.ipynb #e2391c12
 def _resumed_data(ck, out, codes, void) -> tuple:
-    "(classes, void label) of the run in checkpoint `ck` (at `out`); `codes` and `void` given must be the same (None: not given)."
+    "(classes, void label) of the run in `ck` (at `out`); `codes` and `void` given must match."
     m = ck['meta']
     if codes is not None and list(codes) != list(m['codes']):
-        raise ValueError(f"the classes given ({list(codes)!r:.100}) are not those the run in {out} trains on ({m['codes']!r:.100}): "
-                         "give none to resume it.")
+        raise ValueError(f"the classes given ({list(codes)!r:.100}) are not those the run in {out} "
+                         f"trains on ({m['codes']!r:.100}): give none to resume it.")
     if void is not None and void != m['void']:
-        raise ValueError(f"the void label given ({void!r}) is not the one the run in {out} trains with ({m['void']!r}): give none to resume it.")
+        raise ValueError(f"the void label given ({void!r}) is not the one the run in {out} trains "
+                         f"with ({m['void']!r}): give none to resume it.")
     return m['codes'], m.get('void')
 
 # %% ../nbs/04b_training.ipynb #1433c6aa
-def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/ (images and label PNGs of the same names; a.jpg may have a.png)
+def train_embedder(data,                        # folder with train/ trainannot/ val/ valannot/
                    out,                         # checkpoint to write after every epoch
-                   codes: list = None,          # class names (taken from the checkpoint on `resume`)
+                   codes: list = None,          # class names (on `resume`: the checkpoint's)
                    void: int = None,            # label value of void pixels
                    config: TrainConfig = None,  # how to train (None: `TrainConfig()`)
-                   base = None,                 # your segmentation model (or its Learner, whose `Normalize` the images then get): train a `SharedEmbeddingNet` on its features; on `resume`, needed for such a checkpoint
-                   resume: bool = False,        # continue the run in the checkpoint at `out` with every option it started with
-                   **options) -> Path:          # single `TrainConfig` options by name, replacing `config`'s (`epochs=20`)
-    "Train an embedder (with `base`, on that model's features) with the triplet loss on the image/mask folders in `data`, writing a resumable checkpoint to `out` after every epoch."
-    c, ck = _train_config(config, options), load_checkpoint(out) if resume else None   # the options checked first
-    if ck is None and codes is None: raise ValueError("Pass `codes`, the class names, to start a run.")
-    if ck is not None: c, codes, void = _resumed_config(ck, out, _given_options(config, options)), *_resumed_data(ck, out, codes, void)
-    net = _net_kwargs(ck, out, base, c)                               # every option checked before the data are read
-    stats = _base_stats(base, ck, out)                                # the images as the base model's Learner normalises them
+                   base = None,                 # your model or Learner: train on its features
+                   resume: bool = False,        # continue the run in `out` as it started
+                   **options) -> Path:          # `TrainConfig` options over `config`'s
+    "Train an embedder with the triplet loss on the folders in `data`, checkpointing to `out`."
+    c, ck = _train_config(config, options), load_checkpoint(out) if resume else None
+    if ck is None and codes is None:
+        raise ValueError("Pass `codes`, the class names, to start a run.")
+    if ck is not None:
+        c, codes, void = (_resumed_config(ck, out, _given_options(config, options)),
+                          *_resumed_data(ck, out, codes, void))
+    net = _net_kwargs(ck, out, base, c)                     # options checked before the data
+    stats = _base_stats(base, ck, out)                      # as the base's Learner normalises
     if ck is not None and ck['epoch'] >= ck['n_epochs']: return Path(out)
     _set_local_device()
-    set_seed(c.seed + rank_distrib(), reproducible=True)   # each process its own augmentations and triplets; DDP copies rank 0's weights
-    dls = dls_from_folders(data, codes, ignore_index=void, radius=c.radius, bs=c.bs, size=c.size, num_workers=c.workers, stats=stats)
-    learn = refine_learner(dls, margin=c.margin, ignore_index=void, bf16=c.bf16, feature_views=c.feature_views, **net)
+    set_seed(c.seed + rank_distrib(), reproducible=True)   # own augmentations in each process
+    dls = dls_from_folders(data, codes, ignore_index=void, radius=c.radius, bs=c.bs, size=c.size,
+                           num_workers=c.workers, stats=stats)
+    learn = refine_learner(dls, margin=c.margin, ignore_index=void, bf16=c.bf16,
+                           feature_views=c.feature_views, **net)
     mean, std = _norm_stats(dls.train)
-    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=c.radius, mean=mean, std=std, seed=c.seed, bf16=c.bf16,
-                                      feature_views=c.feature_views, config={k: v for k, v in asdict(c).items() if k not in RESUME_FREE})
+    meta = ck['meta'] if ck else dict(codes=codes, void=void, radius=c.radius, mean=mean, std=std,
+                                      seed=c.seed, bf16=c.bf16, feature_views=c.feature_views,
+                                      config={k: v for k, v in asdict(c).items()
+                                              if k not in RESUME_FREE})
     start = resume_learner(learn, ck) if ck else 0
     if ck: _say(f"resuming from epoch {start} of {c.epochs}")
-    _fit_one_cycle(learn, c.epochs, c.lr, start, [CheckpointCallback(out, meta)] + ([StopAfter(c.stop_after)] if c.stop_after else []))
+    _fit_one_cycle(learn, c.epochs, c.lr, start, [CheckpointCallback(out, meta)]
+                   + ([StopAfter(c.stop_after)] if c.stop_after else []))
     return Path(out)
 
 # %% ../nbs/04b_training.ipynb #6e8f4967
@@ -219,22 +260,24 @@ def prototypes_from_checkpoint(checkpoint,         # embedder checkpoint written
                                split: str = 'train', # sub-folder of `data` to average over
                                bs: int = 8,        # batch size
                                workers: int = 0,   # DataLoader worker processes
-                               base = None):       # for an embedder that reads a base model's features: that model (or its Learner, checked to normalise as the training did)
-    "The class prototypes of the embedder in `checkpoint` over `data/split`, with the checkpoint's classes, band radius and normalisation."
+                               base = None):       # the base model (or Learner) it reads, if any
+    "The class prototypes of the embedder in `checkpoint` over `data/split`, read as in training."
     from fastai.data.transforms import get_image_files
     ck, data = load_checkpoint(checkpoint), Path(data); m = ck['meta']
     _check_base_options(ck, checkpoint, base is not None, {})
-    stats = _base_stats(base, ck, checkpoint)                         # the training's normalisation, which a Learner must share
+    stats = _base_stats(base, ck, checkpoint)           # the training's; a Learner's must match
     if not (data/split).is_dir(): raise FileNotFoundError(f"No {split}/ folder in {data}.")
     _set_local_device()
     own_group = _init_process_group()
     try:
         files = sorted(get_image_files(data/split, recurse=False))
-        if _distributed(): files = files[rank_distrib()::num_distrib()]   # each process its own share; sums are all-reduced
-        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=1, num_workers=workers, stats=stats)   # its pipeline; no training batches are needed
-        dl = dls.test_dl(files, with_labels=True, bs=bs) if files else []   # no augmentation; an empty share still joins the sums
+        if _distributed(): files = files[rank_distrib()::num_distrib()]   # sums are all-reduced
+        dls = dls_from_folders(data, m['codes'], ignore_index=m['void'], radius=m['radius'], bs=1,
+                               num_workers=workers, stats=stats)   # its pipeline, no batches
+        dl = dls.test_dl(files, with_labels=True, bs=bs) if files else []   # empty: still summed
         net = embedder_from_state(ck, checkpoint, base).to(default_device())
-        return extract_prototypes(net, dl, len(m['codes']), m['radius'], ignore_index=m['void'], names=m['codes'],
-                                  mean=m['mean'], std=m['std'], progress=rank_distrib() == 0)
+        return extract_prototypes(net, dl, len(m['codes']), m['radius'], ignore_index=m['void'],
+                                  names=m['codes'], mean=m['mean'], std=m['std'],
+                                  progress=rank_distrib() == 0)
     finally:
         if own_group: torch.distributed.destroy_process_group()
