@@ -33,7 +33,8 @@ def table(curve: dict, run: dict, equal: dict) -> dict:
                 not_measured=[] if 'brefine' in equal else ['equal_compute_brefine'],
                 settings=dict(brefine=run['settings'], ablation=run.get('ablation_settings'),
                               equal_compute_brefine=equal.get('settings')),
-                training=dict(base_epochs=curve['kept'].get('best', curve['best_epoch']),   # the converged weights' epoch stopped_after=curve['stopped_at'], stop_rule=curve['stop_rule'],
+                training=dict(base_epochs=curve['kept'].get('best', curve['best_epoch']),   # the converged weights' epoch
+                              stopped_after=curve['stopped_at'], stop_rule=curve['stop_rule'],
                               equal_compute_epochs=curve['epoch'], embedder_epochs=run['training']['embedder_epochs'],
                               base_weights=run.get('base_weights'), equal_compute_weights=equal.get('base_weights'),
                               val_miou_curve=[c['val_miou'] for c in curve['curve']]),

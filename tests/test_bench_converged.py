@@ -20,6 +20,7 @@ def test_full_equal_run():
     assert test_keys <= set(t) and t['not_measured'] == []
     assert t['equal_compute_brefine'] == {k: _row(.65)[k] for k in converged.METRICS}   # only the metrics, no other field
     assert t['training']['base_epochs'] == 25          # the converged weights' epoch, not the best of the extra phase
+    assert t['training']['stop_rule'] == 'rule' and t['training']['stopped_after'] == 35
     assert t['training']['val_miou_curve'] == [.5, .6, .7] and t['training']['embedder_epochs'] == 54
 
 def test_base_only_equal_run():
