@@ -382,6 +382,17 @@ def metrics_row(ds, preds, gts, seconds):
                 boundary_f1=boundary_f1(preds, gts, tolerance=3, **kw), trimap_iou=trimap_iou(preds, gts, width=5, **kw),
                 seconds_per_image=seconds)
 
+def metric_cells(r) -> str:
+    "The markdown cells of a metrics row: mIoU, boundary IoU, boundary F @ 3 px, trimap IoU @ 5 px, in points."
+    return ' | '.join(f"{100 * r[k]:.2f}" for k in ('miou', 'boundary_iou', 'boundary_f1', 'trimap_iou'))
+
+def record_run(dest, argv, seconds, started):
+    "Add a run whose table is `dest['md']` to the manifest, with the other files of `dest` that it wrote."
+    if not in_results(dest['md']): return
+    e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py',
+               also=[dest[k] for k in ('json', 'png', 'table', 'log') if k in dest and dest[k].exists()], started=started)
+    log(f"recorded {e['file']} in bench/results/manifest.json")
+
 BUDGETS = (0.05, 0.12, 0.2, 0.35, 0.5, None)   # post-processing budgets, as fractions of the base forward, of the table in the results
 
 def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
@@ -478,14 +489,10 @@ def run_base_only(args, argv, dest):
     md = '\n'.join([f'# {ds.name}: the base model alone', '', f'`{summary["command"]}` (commit {summary["git_commit"]}, '
                     f'{summary["date"]}, {summary["machine"]}, {args.threads} torch threads; {seconds:.0f} s). Test {len(tf)} images; '
                     f'the weights of `{args.base}`.', '', '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image |',
-                    '|---|---:|---:|---:|---:|---:|', f"| base | {100*row['miou']:.2f} | {100*row['boundary_iou']:.2f} | "
-                    f"{100*row['boundary_f1']:.2f} | {100*row['trimap_iou']:.2f} | {row['seconds_per_image']:.3f} |", ''])
+                    '|---|---:|---:|---:|---:|---:|', f"| base | {metric_cells(row)} | {row['seconds_per_image']:.3f} |", ''])
     with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
-    if in_results(dest['md']):
-        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py',
-                   also=[dest[k] for k in ('json', 'log') if k in dest], started=started)
-        log(f"recorded {e['file']} in bench/results/manifest.json")
+    record_run(dest, argv, seconds, started)
 
 def run(args, argv, dest):
     "The benchmark with parsed `args` (command-line arguments `argv`), writing the files `dest` names."
@@ -620,8 +627,7 @@ def run(args, argv, dest):
              '|---|---:|---:|---:|---:|---:|---:|---:|']
     for k, r in res.items():
         sec = r['seconds_per_image']
-        lines.append(f"| {names[k]} | {100*r['miou']:.2f} | {100*r['boundary_iou']:.2f} | {100*r['boundary_f1']:.2f} | "
-                     f"{100*r['trimap_iou']:.2f} | " + ('- | - | - |' if sec is None else f"{sec:.3f} | {sec/s['crf']:.2f} | {sec/s['base']:.2f} |"))
+        lines.append(f"| {names[k]} | {metric_cells(r)} | " + ('- | - | - |' if sec is None else f"{sec:.3f} | {sec/s['crf']:.2f} | {sec/s['base']:.2f} |"))
     lines += ['', f"brefine's time: embedder {s['emb']:.3f} s + post-processing {s['post']:.3f} s per image"
               + ('' if unlimited is None else f" (without the budget: {s['post_unlimited']:.3f} s)") + ". Stage times: "
               + ', '.join(f'{k} {v:.0f} s' for k, v in stage.times.items()), '',
@@ -630,9 +636,7 @@ def run(args, argv, dest):
     md = '\n'.join(lines)
     with atomic_write(dest['md'], 'w') as fh: fh.write(md)
     print('\n' + md, flush=True)
-    if in_results(dest['md']):
-        e = record(dest['md'].stem, dest['md'], argv, seconds, script='bench/benchmark.py', also=[dest[k] for k in ('json', 'png', 'table', 'log') if k in dest], started=started)
-        log(f"recorded {e['file']} in bench/results/manifest.json")
+    record_run(dest, argv, seconds, started)
 
 if __name__ == '__main__':
     main()
