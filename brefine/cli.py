@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from fastcore.script import anno_parser
 from fastai.torch_core import rank_distrib
-from .core import as_float, as_int, atomic_write, default_device, _model_of
+from .core import as_float, as_int, atomic_write, default_device, _model_of, _check_unique
 from .processes import _say, _CheckedByAll, _processes, _share, _total
 from .checkpoints import load_checkpoint
 from .training import (train_embedder, prototypes_from_checkpoint, _check_base_options,
@@ -37,11 +37,9 @@ def _codes(data: Path, codes, n_classes):
     try: names = [l.strip() for l in src.read_text().splitlines() if l.strip()]
     except UnicodeDecodeError:
         raise ValueError(f"codes file {src} is not text: write one class name per line.") from None
-    twice = next((n for n in names if names.count(n) > 1), None)
-    if not names or twice is not None:
-        raise ValueError(f"codes file {src} "
-                         + (f"names {twice!r} twice" if names else "holds no class names")
-                         + ": write one class name per line, each once.")
+    fix = 'write one class name per line, each once.'
+    if not names: raise ValueError(f"codes file {src} holds no class names: {fix}")
+    _check_unique(names, f"codes file {src} names", fix)
     if n_classes is not None and as_int(n_classes, '--n_classes', 1) != len(names):
         raise ValueError(f"--n_classes {n_classes}, but the codes file {src} names {len(names)} "
                          f"classes: drop --n_classes, or fix the file.")

@@ -178,6 +178,13 @@ def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: s
         raise ValueError(f"{name} must be {rng}, got {v:g}.{hint}")
     return v
 
+# %% ../nbs/00_core.ipynb #9b88e612
+def _check_unique(names, what: str, fix: str = 'each class needs its own name.'):
+    "Refuse `names` that hold a name twice, as `ValueError('{what} {name!r} twice: {fix}')`."
+    names = list(names)
+    twice = next((o for o in names if names.count(o) > 1), None)
+    if twice is not None: raise ValueError(f"{what} {twice!r} twice: {fix}")
+
 # %% ../nbs/00_core.ipynb #45b65abe
 def _replaced(cls, obj, overrides: dict, arg: str, what: str, example: str):
     "`obj` (a `cls` dataclass, or None for `cls()`) with the `overrides` by name; else an error."

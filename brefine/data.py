@@ -19,6 +19,7 @@ from fastai.data.block import TransformBlock, DataBlock
 from fastai.vision.core import PILBase, PILMask, AddMaskCodes, image2tensor, imagenet_stats
 from fastai.vision.augment import RandTransform, Resize, ResizeMethod, aug_transforms
 from torchvision.transforms.functional import gaussian_blur
+from .core import _check_unique
 from .band import batch_band, TRAIN_RADIUS
 from .images import _link_loop, _header, _open_image, _open_mask
 
@@ -333,10 +334,7 @@ def _check_codes(codes):
         raise TypeError(f"codes must be a list of class names, got the single string {codes!r}: "
                         "pass one name per class, e.g. ['sky', 'road'] (a codes file's text: "
                         "text.split()).")
-    names = list(codes) if codes is not None else []
-    twice = next((c for c in names if names.count(c) > 1), None)
-    if twice is not None:
-        raise ValueError(f"codes names {twice!r} twice: each class needs its own name.")
+    _check_unique(codes if codes is not None else [], 'codes names')
 
 # %% ../nbs/02_data.ipynb #618630d5
 def dls_from_folders(path, codes: list, train: str = 'train', valid: str = 'val',

@@ -12,7 +12,7 @@ import torch.nn as nn
 from fastprogress.fastprogress import progress_bar
 from fastcore.basics import patch
 from .core import (atomic_save, safe_load, as_int, as_float, _model_of, _device_of, _plain,
-                          _norm_stats, _embedding)
+                          _norm_stats, _embedding, _check_unique)
 from .band import batch_band, TRAIN_RADIUS
 from .embedder_io import embedder_fingerprint
 from .triplets import band_features
@@ -35,9 +35,7 @@ def _class_names(names, n: int) -> list|None:
                             "pass e.g. [str(c) for c in names].")
     if len(names) != n: raise ValueError(f"{len(names)} class names for {n} prototypes: pass one "
                                          "name per class.")
-    twice = next((o for o in names if names.count(o) > 1), None)
-    if twice is not None:
-        raise ValueError(f"names holds {twice!r} twice: each class needs its own name.")
+    _check_unique(names, 'names holds')
     return [str(o) for o in names]
 
 # %% ../nbs/04_prototypes.ipynb #61944f5e
