@@ -151,6 +151,10 @@ def parse_args(argv=None):
     p.add_argument('--fit-prototypes', action='store_true',
                    help="fit the prototypes to the choice on the validation images (`fit_prototypes`) before calibrating; "
                         "the grid's base weights then include the fitted one")
+    p.add_argument('--tune-choice', type=int, default=None, metavar='EPOCHS',
+                   help="after the triplet training, train the embedder EPOCHS passes more on the decision itself "
+                        "(brefine.choice.tune_choice, one training image a step, flipped at random), at the band and "
+                        "candidates a first calibration on val chose; then extract the prototypes and calibrate again")
     p.add_argument('--ablation', action='store_true',
                    help="also score, with settings chosen on val: the vote alone (over the base's answer, no embedder), the "
                         "prototypes alone (no vote), and the oracle (band pixels take the true class when it is among the top-N)")
@@ -168,6 +172,8 @@ def parse_args(argv=None):
     if a.fusion is not None:
         from brefine.embedder import FUSIONS
         if a.fusion not in FUSIONS: p.error(f'--fusion must be one of {", ".join(FUSIONS)}, got {a.fusion!r}')
+    if a.tune_choice is not None and (a.tune_choice < 1 or a.embedder != 'shared' or a.train_only or a.fit_prototypes):
+        p.error(f'--tune-choice takes EPOCHS >= 1, with --embedder shared, in a run that scores (no --train-only or --fit-prototypes); got {a.tune_choice}')
     if a.post_budget is not None and not a.post_budget > 0: p.error(f'--post-budget must be > 0, got {a.post_budget}')
     a.data = a.data or DATA/DATA_DIRS[a.dataset]
     a.cache = a.cache or REPO/(f'bench/out/{a.dataset}_cache' + (f'_{a.base.stem}' if a.base else ''))
@@ -408,6 +414,43 @@ def budget_lines(table: list, base_s: float, budgets=BUDGETS) -> list:
     return rows
 
 # ------------------------------------------------------------------------------------------------------------- ablation
+class TrainingImages:
+    "The training split as (image, mask) batches of one, prepared and in a new random order each pass, half flipped."
+    def __init__(self, ds, seed: int = 0):
+        import torch
+        self.ds, self.g = ds, torch.Generator().manual_seed(seed)
+    def __iter__(self):
+        import numpy as np, torch
+        from brefine.inputs import prepare_image
+        files = self.ds.files('train')
+        for i in torch.randperm(len(files), generator=self.g).tolist():
+            img, gt = self.ds.read(files[i])
+            if torch.rand(1, generator=self.g).item() < 0.5: img, gt = img[:, ::-1].copy(), gt[:, ::-1].copy()
+            yield prepare_image(img, IMAGENET_MEAN, IMAGENET_STD)[0], torch.from_numpy(gt.astype(np.int64))[None]
+
+def get_tuned(args, ds, embedder, protos, emb_file, base, vimgs, vprobs, vgts):
+    "(embedder, prototypes, file, the settings it was tuned at) after `--tune-choice` epochs on the decision: from the cache or tuned now."
+    from brefine.choice import tune_choice
+    from brefine.embedder_io import load_embedder, save_embedder
+    from brefine.refiner import Refiner
+    f, at_file = emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}.pt'), emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}_at.json')
+    if f.exists() and at_file.exists():
+        log(f'tuned embedder loaded from {f}'); embedder = load_embedder(f, base=base); at = json.loads(at_file.read_text())
+    else:
+        first = Refiner(embedder, protos)
+        cal = first.calibrate(list(vimgs), vprobs, list(vgts), ignore_index=ds.void, progress=False, **(QUICK_CAL if args.quick else {}))
+        log(f'  first calibration: {first.settings} (val BF {cal["boundary_f1"]:.4f} mIoU {cal["miou"]:.4f})')
+        from fastai.torch_core import set_seed
+        set_seed(args.seed)
+        _, alpha = tune_choice(embedder, base, TrainingImages(ds, args.seed), protos, first.settings, epochs=args.tune_choice,
+                               ignore_index=ds.void, seed=args.seed, progress=False)
+        at = dict(top_n=first.settings.top_n, radius=first.settings.radius, tau=first.settings.tau, learned_alpha=alpha)
+        save_embedder(embedder, f)
+        from brefine.core import atomic_write
+        with atomic_write(at_file, 'w') as fh: json.dump(at, fh)
+    log(f'  tuned on the choice at {at}')
+    return embedder.eval(), get_prototypes(args, ds, embedder, f), f, at
+
 def constant_refiner(n_classes: int, mean, std):
     "A `Refiner` whose embedding is the same everywhere: every candidate is equally near, so a band pixel keeps the base answer and only a vote re-decides it (the vote alone)."
     import torch
@@ -523,6 +566,10 @@ def run(args, argv, dest):
         vimgs, vgts = zip(*[ds.read(f) for f in ds.files('val')])
         base_probs_of(base, vimgs[0]); vprobs, vbase_s = [], 0.           # warm-up; then the base forward, timed
         for im in vimgs: t = time.perf_counter(); vprobs.append(base_probs_of(base, im)); vbase_s += (time.perf_counter() - t) / len(vimgs)
+    tuned_at = None
+    if args.tune_choice:
+        with stage(f'brefine: {args.tune_choice} epochs on the choice'):
+            embedder, protos, emb_file, tuned_at = get_tuned(args, ds, embedder, protos, emb_file, base, vimgs, vprobs, vgts)
     fitted, grid = None, dict(QUICK_CAL if args.quick else {})
     if args.fit_prototypes:
         from brefine.calibration import calibrate, fit_prototypes
@@ -600,7 +647,7 @@ def run(args, argv, dest):
 
     seconds = time.perf_counter() - T0
     summary = dict(dataset=ds.name, **res, settings=dict(asdict(ref.settings), crf=crf_cfg), training=dict(
-        base_epochs=base_ep if args.base is None else None, embedder_epochs=emb_ep, size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
+        base_epochs=base_ep if args.base is None else None, embedder_epochs=emb_ep, **({} if tuned_at is None else dict(choice_epochs=args.tune_choice, choice_tuned_at=tuned_at)), size=list(ds.train_size()), embedder=dict(kind=args.embedder, **embedder_kwargs(args.embedder, args.train_blocks, args.bf16, args.fusion, args.feature_views), config=dict(embedder.config))),
         split=dict(train=len(ds.files('train')), val=len(ds.files('val')), test=len(tf)),
         seconds_per_image=dict(base=s['base'], densecrf=s['crf'], embedder=s['emb'], post=s['post'],
                                **({} if unlimited is None else dict(post_no_budget=s['post_unlimited']))),
@@ -620,7 +667,8 @@ def run(args, argv, dest):
              f'Train {summary["split"]["train"]}, val {summary["split"]["val"]}, test {len(tf)} images; every setting chosen on val.', '',
              '- base: DeepLabV3 MobileNetV2 OS16, ImageNet init, ' + (f'{base_ep} epochs at {ds.train_size()} (best val mIoU kept)'
                                                                      if args.base is None else f'the weights of `{args.base}`'),
-             f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs; calibrated on val: {asdict(ref.settings)}'
+             f'- brefine: {args.embedder} embedder `{learner_call(args)}`, config {embedder.config}, {emb_ep} epochs'
+             + ('' if tuned_at is None else f', then {args.tune_choice} on the choice (`tune_choice` at {tuned_at})') + f'; calibrated on val: {asdict(ref.settings)}'
              + ('' if budget is None else f', the best of the settings whose post-processing took at most {args.post_budget:g}x the base forward on val ({1000 * budget:.1f} ms per image)'),
              f'- DenseCRF: bilateral {crf_cfg} (grid on {n_crf} val images), 5 iterations', '',
              '| method | mIoU | boundary IoU | boundary F @ 3 px | trimap IoU @ 5 px | s / image | / DenseCRF | / base |',

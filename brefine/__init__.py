@@ -10,7 +10,7 @@ __all__ = []
 import warnings
 with warnings.catch_warnings():                                  # fastai's layers call torch.jit.script, which recent torch deprecates
     warnings.filterwarnings('ignore', message=r'.*torch\.jit\.script.*', category=FutureWarning)
-    from brefine import core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, processes, prototypes, checkpoints, training, inputs, vote, refine, metrics, calibration, refiner, evaluation
+    from brefine import core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, processes, prototypes, checkpoints, training, inputs, vote, refine, choice, metrics, calibration, refiner, evaluation
 from .core import *
 from .band import *
 from .images import *
@@ -30,8 +30,9 @@ from .training import *
 from .inputs import *
 from .vote import *
 from .refine import *
+from .choice import *
 from .metrics import *
 from .calibration import *
 from .refiner import *
 from .evaluation import *
-__all__ = [name for m in (core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, processes, prototypes, checkpoints, training, inputs, vote, refine, metrics, calibration, refiner, evaluation) for name in m.__all__]
+__all__ = [name for m in (core, band, images, data, datasets, backbones, embedder, features, shared_backbone, embedder_io, triplets, learner, processes, prototypes, checkpoints, training, inputs, vote, refine, choice, metrics, calibration, refiner, evaluation) for name in m.__all__]

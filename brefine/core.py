@@ -178,7 +178,7 @@ def as_float(v, name: str, lo: float|None = None, hi: float|None = None, hint: s
         raise ValueError(f"{name} must be {rng}, got {v:g}.{hint}")
     return v
 
-# %% ../nbs/00_core.ipynb #9b88e612
+# %% ../nbs/00_core.ipynb #fb158ff0
 def _check_unique(names, what: str, fix: str = 'each class needs its own name.'):
     "Refuse `names` that hold a name twice, as `ValueError('{what} {name!r} twice: {fix}')`."
     names = list(names)
