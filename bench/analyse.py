@@ -65,6 +65,7 @@ def parse_args(argv=None):
     common.add_argument('--fusion', default=None, help="the run's --fusion (default: the library's)")
     common.add_argument('--feature-views', type=int, default=None, help="the run's --feature-views (default: none)")
     common.add_argument('--bf16', action='store_true', help="the run's --bf16")
+    common.add_argument('--tune-choice', type=int, default=None, metavar='EPOCHS', help="the run's --tune-choice (the tuned embedder's models)")
     common.add_argument('--threads', type=int, default=2, help='torch threads')
     common.add_argument('--record', metavar='NAME', default=None, help='also write the printout to bench/results/<dataset>/NAME.txt and record it')
     blurb = dict(re.findall(r'^- `(\w+)`: (.*?)(?=^- `|\Z)', __doc__.split('\n\n')[2], re.S | re.M))
@@ -115,7 +116,7 @@ def iou(cm):
 def errors(a, ds, fs):
     import numpy as np, torch
     from brefine.band import batch_band
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views, tune_choice=a.tune_choice)
     n = ds.n_classes
     cm = {k: np.zeros((n, n), np.int64) for k in ('base', 'brefine')}
     rank, inband = np.zeros((n, n), np.int64), np.zeros((n, 2), np.int64)
@@ -147,7 +148,7 @@ def choice(a, ds, fs):
     from brefine.triplets import sample_features
     from brefine.inputs import prepare_image
     from brefine.refine import RefineSettings, relabel
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views, tune_choice=a.tune_choice)
     net, pr, n = ref.embedder, ref.prototypes, ds.n_classes
     V, Vn = pr.vectors, F.normalize(pr.vectors, dim=1)
     alphas = tuple(sorted({0.3, 1, 3, ref.settings.alpha} - {0}))      # with the bundle's calibrated alpha, the recipe's rule
@@ -324,7 +325,7 @@ def settings(a, ds, fs):
     from brefine.vote import grey_levels
     from brefine.refine import relabel
     from brefine.metrics import mean_iou, boundary_f1
-    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views)
+    base, ref = B.load_cached(a.cache, ds, a.quick, a.embedder, train_blocks=a.train_blocks, bf16=a.bf16, fusion=a.fusion, feature_views=a.feature_views, tune_choice=a.tune_choice)
     cache, gts = [], []
     with torch.inference_mode():
         for f in fs:

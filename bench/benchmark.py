@@ -217,9 +217,10 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     return budget_epochs(len(ds.files('train')), ds.train_size(), budget_px)
 
 def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
-                fusion: str|None = None, feature_views: int|None = None) -> dict:
-    "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle."
+                fusion: str|None = None, feature_views: int|None = None, tune_choice: int|None = None) -> dict:
+    "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle; `tune_choice`: those after that many epochs on the choice."
     emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16, fusion, feature_views)
+    if tune_choice: emb = emb.with_name(f'{emb.stem}_choice{tune_choice}.pt')
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -292,10 +293,10 @@ def get_base(args, ds, dls_fn, n_epochs):
     return learn.model.eval()
 
 def load_cached(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
-                fusion: str|None = None, feature_views: int|None = None):
-    "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run)."
+                fusion: str|None = None, feature_views: int|None = None, tune_choice: int|None = None):
+    "(base model, calibrated `Refiner`) that `bench/benchmark.py` cached for `ds` in `cache` (`quick`: those of a --quick run; `tune_choice`: of a --tune-choice run)."
     from brefine.refiner import Refiner
-    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion, feature_views)
+    f = cache_files(cache, ds, quick, embedder, emb_budget, train_blocks, bf16, fusion, feature_views, tune_choice)
     for k in ('base', 'refiner'):
         if k == 'base' and (Path(cache)/GIVEN_BASE).exists(): continue
         if not f[k].exists(): raise FileNotFoundError(f'{f[k]} not found: run bench/benchmark.py on {ds.name} with --cache {cache} first.')
@@ -433,7 +434,8 @@ def get_tuned(args, ds, embedder, protos, emb_file, base, vimgs, vprobs, vgts):
     from brefine.choice import tune_choice
     from brefine.embedder_io import load_embedder, save_embedder
     from brefine.refiner import Refiner
-    f, at_file = emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}.pt'), emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}_at.json')
+    f = emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}.pt')   # as `cache_files(..., tune_choice=)` names it
+    at_file = f.with_name(f.stem + '_at.json')
     if f.exists() and at_file.exists():
         log(f'tuned embedder loaded from {f}'); embedder = load_embedder(f, base=base); at = json.loads(at_file.read_text())
     else:
