@@ -216,11 +216,15 @@ def epochs(budget_px: int, ds, quick: bool) -> int:
     from brefine.learner import budget_epochs
     return budget_epochs(len(ds.files('train')), ds.train_size(), budget_px)
 
+def tuned_file(emb_file: Path, n_epochs: int) -> Path:
+    "The cache file of the embedder in `emb_file` after `n_epochs` on the choice (`--tune-choice`)."
+    return emb_file.with_name(f'{emb_file.stem}_choice{n_epochs}.pt')
+
 def cache_files(cache, ds, quick: bool = False, embedder: str = 'shared', emb_budget: float = EMB_BUDGET, train_blocks: int|None = None, bf16: bool = False,
                 fusion: str|None = None, feature_views: int|None = None, tune_choice: int|None = None) -> dict:
     "The cached models of `ds` in `cache` (paths, whether they exist yet or not): base, embedder, prototypes, refiner bundle; `tune_choice`: those after that many epochs on the choice."
     emb = Path(cache)/emb_file_name(embedder, epochs(emb_budget * CAMVID_EPOCH_PX, ds, quick), train_blocks, bf16, fusion, feature_views)
-    if tune_choice: emb = emb.with_name(f'{emb.stem}_choice{tune_choice}.pt')
+    if tune_choice: emb = tuned_file(emb, tune_choice)
     return dict(base=Path(cache)/BASE_FILE.format(epochs(BASE_BUDGET_PX, ds, quick)), embedder=emb,
                 prototypes=emb.with_name('protos_' + emb.stem + '.pt'), refiner=emb.with_name('refiner_' + emb.stem))
 
@@ -434,7 +438,7 @@ def get_tuned(args, ds, embedder, protos, emb_file, base, vimgs, vprobs, vgts):
     from brefine.choice import tune_choice
     from brefine.embedder_io import load_embedder, save_embedder
     from brefine.refiner import Refiner
-    f = emb_file.with_name(f'{emb_file.stem}_choice{args.tune_choice}.pt')   # as `cache_files(..., tune_choice=)` names it
+    f = tuned_file(emb_file, args.tune_choice)
     at_file = f.with_name(f.stem + '_at.json')
     if f.exists() and at_file.exists():
         log(f'tuned embedder loaded from {f}'); embedder = load_embedder(f, base=base); at = json.loads(at_file.read_text())

@@ -8,10 +8,11 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 from fastprogress.fastprogress import progress_bar
-from .core import as_int, as_float, _model_of, _plain
+from .core import as_int, as_float, _model_of, _device_of, _plain
 from .triplets import sample_features
 from .prototypes import Prototypes
 from .refine import RefineSettings, relabel
+from .vote import _pixels
 from .shared_backbone import embed_with_base
 
 # %% auto #0
@@ -33,9 +34,7 @@ def choice_pixels(emb, probs, mask, prototypes: Prototypes, settings: RefineSett
     "Band pixels with the truth among their candidates: (b, y, x, candidates, log-probs, truth's place)."
     s = replace(settings, alpha=0., vote=0, grey=None)     # the band and candidates; no vote
     with torch.no_grad(): st = relabel(emb.detach(), probs, prototypes, s, stages=True)
-    B, H, W = mask.shape
-    b, r = st.pixels.div(H * W, rounding_mode='floor'), st.pixels % (H * W)
-    y, x = r.div(W, rounding_mode='floor'), r % W
+    b, y, x = _pixels(st.pixels, *mask.shape)
     truth = mask[b, y, x].long()
     hit = st.candidates == truth[:, None]
     ok = hit.any(1) & (truth != ignore_index if ignore_index is not None else True)
@@ -45,8 +44,10 @@ def choice_pixels(emb, probs, mask, prototypes: Prototypes, settings: RefineSett
 # %% ../nbs/05c_choice.ipynb #23bacd3c
 def _choice_optimizer(net, prototypes: Prototypes, lr: float) -> tuple:
     "AdamW over the embedder's trainable weights and the choice's own (prototypes, log-scale, weight)."
-    P = prototypes.vectors.detach().clone().float().nan_to_num(0.).requires_grad_(True)
-    log_scale, weight = torch.tensor(2.3026, requires_grad=True), torch.tensor(1., requires_grad=True)
+    dev = _device_of(net)                                 # all on the embedder's device
+    P = prototypes.vectors.detach().to(dev, torch.float32).nan_to_num(0.).requires_grad_(True)
+    log_scale = torch.tensor(2.3026, device=dev, requires_grad=True)    # scale 10
+    weight = torch.tensor(1., device=dev, requires_grad=True)
     groups = [dict(params=[q for q in net.parameters() if q.requires_grad], lr=lr),
               dict(params=[P, log_scale, weight], lr=10 * lr, weight_decay=0.)]
     return torch.optim.AdamW(groups), P, log_scale, weight
@@ -76,6 +77,6 @@ def tune_choice(embedder,                     # the trained embedder (module or 
             if not len(k): continue
             bi, y, xx, cand, lp, t = (a[k] for a in at)
             fe = sample_features(emb, bi, y, xx, mask.shape[-2:])
-            loss = F.cross_entropy(choice_scores(fe, P.to(fe.device), cand, lp, log_scale.exp(), weight), t)
+            loss = F.cross_entropy(choice_scores(fe, P, cand, lp, log_scale.exp(), weight), t)
             opt.zero_grad(); loss.backward(); opt.step()
     return embedder, (weight / log_scale.exp()).item()
